@@ -1,0 +1,52 @@
+# gpu-cluster — two commands on a fresh machine: `make preview` and `make test`.
+STACK ?= prod
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap
+DISCOVERED ?=
+
+.PHONY: preview render test bench lint verify-fabric deps clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+# Debian packages the tests use: the real subnet manager, the fabric simulator, diagnostics
+# and shellcheck. Installed when root; otherwise the command is printed.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "run: sudo apt-get install -y$$missing"; \
+	  fi; \
+	fi
+
+preview: $(VENV)/.installed
+	$(PY) -m offline preview --stack $(STACK)
+
+render: $(VENV)/.installed
+	$(PY) -m offline preview --stack $(STACK) --render
+
+test: $(VENV)/.installed deps
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) -m offline bench
+
+verify-fabric: $(VENV)/.installed
+	@test -n "$(DISCOVERED)" || { echo "usage: make verify-fabric DISCOVERED=ibnetdiscover-dump.txt [STACK=prod]"; exit 2; }
+	$(PY) -m offline preview --stack $(STACK) --quiet >/dev/null || true
+	$(PY) tools/verify_fabric.py --plan build/$(STACK)/fabric/topology.net --discovered $(DISCOVERED)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,24 @@
+"""gpu-cluster: load and validate the stack config, build every layer, export a summary."""
+
+from pathlib import Path
+
+import pulumi
+
+from components.blueprint import build
+from components.config import load_config
+from components.planning.kubeadm import endpoint
+
+config, secrets = load_config(Path(__file__).parent)
+cluster = build(config, secrets)
+
+pulumi.export("gpuNodes", [n.hostname for n in config.nodes])
+pulumi.export("gpus", config.total_gpus)
+pulumi.export("fabric", {
+    "switches": len(cluster.fabric_plan.switches),
+    "cables": len(cluster.fabric_plan.cables),
+    "bisectionTbps": cluster.fabric_plan.bisection_tbps,
+    "oversubscription": cluster.fabric_plan.oversubscription_text(),
+})
+pulumi.export("apiEndpoint", f"https://{endpoint(config)}")
+# A secret output: `pulumi stack output kubeconfig --show-secrets > ~/.kube/config`.
+pulumi.export("kubeconfig", pulumi.Output.secret(cluster.kubernetes.admin_kubeconfig.stdout))

@@ -1,0 +1,119 @@
+"""bootstrap layer: KubeadmCluster — init, joins, node placement labels, the Kubernetes provider."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as k8s
+
+from components.hardware import BareMetalNode
+from components.planning import kubeadm
+
+# Commands whose stdout carries a credential: kept secret in state and never logged.
+QUIET = command.remote.Logging.NONE
+
+
+@dataclass(frozen=True)
+class KubeadmClusterArgs:
+    init_host: BareMetalNode
+    init_script: str
+    token_ttl_minutes: int
+    workers: dict[str, BareMetalNode]
+    join_scripts: dict[str, str]
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _secret_opts(parent: pulumi.Resource, depends_on: list[Any]) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, depends_on=depends_on,
+                                  additional_secret_outputs=["stdout"])
+
+
+class KubeadmCluster(pulumi.ComponentResource):
+    """A kubeadm cluster whose kubeconfig (a secret) creates the stack's one Kubernetes provider."""
+
+    def __init__(self, name: str, args: KubeadmClusterArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:bootstrap:KubeadmCluster", name, None, opts)
+        cp = args.init_host
+        # `kubeadm init` is guarded in the script, protected here, and has no delete action:
+        # nothing the stack does can reset a live control plane.
+        self.init = command.remote.Command(
+            f"{cp.hostname}-kubeadm-init",
+            connection=cp.connection,
+            create="sudo bash -s",
+            stdin=args.init_script,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cp.prepared], protect=True),
+        )
+        self.ca_cert_hash = command.remote.Command(
+            "ca-cert-hash",
+            connection=cp.connection,
+            create=f"sudo sh -c {json.dumps(kubeadm.CA_HASH_COMMAND)}",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.init]),
+        )
+        self.admin_kubeconfig = command.remote.Command(
+            "admin-kubeconfig",
+            connection=cp.connection,
+            create="sudo cat /etc/kubernetes/admin.conf",
+            logging=QUIET,
+            opts=_secret_opts(self, [self.init]),
+        )
+        self.provider = k8s.Provider(
+            "kubernetes",
+            kubeconfig=pulumi.Output.secret(self.admin_kubeconfig.stdout),
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.members: dict[str, command.remote.Command] = {}
+        for host, node in sorted(args.workers.items()):
+            self.members[host] = self._join(node, args, cp)
+        self.node_patches = {
+            host: k8s.core.v1.NodePatch(
+                f"{host}-placement",
+                metadata={"name": host, "labels": labels},
+                opts=pulumi.ResourceOptions(parent=self, provider=self.provider,
+                                            depends_on=[self.members[host]]),
+            )
+            for host, labels in sorted(args.node_labels.items())
+            if host in self.members
+        }
+        self.register_outputs({"workers": sorted(self.members)})
+
+    def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
+              cp: BareMetalNode) -> command.remote.Command:
+        host = node.hostname
+        # One short-lived token per join: adding a node never touches the other nodes' joins.
+        token = command.remote.Command(
+            f"{host}-join-token",
+            connection=cp.connection,
+            create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host),
+            logging=QUIET,
+            opts=_secret_opts(self, [self.init]),
+        )
+        join = command.remote.Command(
+            f"{host}-kubeadm-join",
+            connection=node.connection,
+            create="sudo --preserve-env=JOIN_TOKEN,CA_CERT_HASH bash -s",
+            stdin=args.join_scripts[host],
+            environment={"JOIN_TOKEN": token.stdout.apply(str.strip),
+                         "CA_CERT_HASH": self.ca_cert_hash.stdout.apply(str.strip)},
+            # Runs only after `<host>-member` was deleted, i.e. after the drain succeeded.
+            delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
+                   "kubeadm reset --force --cleanup-tmp-dir'",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[node.prepared, token],
+                                        ignore_changes=["environment"]),
+        )
+        # Lives on the control plane; deleting it cordons and drains the node before the
+        # worker's own reset runs (Pulumi deletes dependents first).
+        return command.remote.Command(
+            f"{host}-member",
+            connection=cp.connection,
+            create=f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=condition="
+                   f"Ready node/{host} --timeout=15m",
+            delete=f"sudo bash -c {shlex.quote(kubeadm.drain_script(host))}",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[join]),
+        )

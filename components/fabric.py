@@ -1,0 +1,121 @@
+"""fabric layer: InfinibandFabric — subnet-manager files on the SM hosts, switch settings.
+
+Everything here changes the physical fabric's behaviour, so the preview lists it first as work
+that needs a maintenance window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+
+from components.hardware import BareMetalNode
+
+SM_CONF_DIR = "/etc/opensm"
+
+
+@dataclass(frozen=True)
+class SwitchArgs:
+    address: str
+    host_key: str | None
+    cli: str
+
+
+@dataclass(frozen=True)
+class FabricArgs:
+    sm_hosts: dict[str, tuple[BareMetalNode, dict[str, str]]]  # host -> (node, file -> text)
+    switches: dict[str, SwitchArgs]
+    switch_user: str
+    switch_password: Any  # a Pulumi secret
+
+
+def sm_apply_script(files: dict[str, str]) -> str:
+    """Install changed files (absolute path -> text), check them, restart opensm only then.
+
+    Everything is staged and checked before the first file is installed. A change leaves a
+    restart-pending mark that only a successful restart clears, so a run that fails between
+    installing and restarting is finished by the next one.
+    """
+    pending = "/var/lib/gpu-cluster/opensm-restart-pending"
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Subnet-manager configuration — rendered by gpu-cluster; do not edit.",
+        "set -euo pipefail",
+        f"install -d -m 0755 {SM_CONF_DIR} {pending.rsplit('/', 1)[0]}",
+        "stage=$(mktemp -d)",
+        'trap \'rm -rf "$stage"\' EXIT',
+    ]
+    ordered = sorted(files.items())
+    for i, (path, text) in enumerate(ordered):
+        staged = f'"$stage/{i}"'
+        lines += [
+            f"cat > {staged} <<'GPU_CLUSTER_EOF'",
+            text.rstrip("\n"),
+            "GPU_CLUSTER_EOF",
+        ]
+        if path.endswith("_guids.conf"):
+            # One 0x-prefixed GUID per line; opensm skips malformed lines silently.
+            lines += [
+                f"if grep -Evq '^(0x[0-9a-f]{{16}})?$' {staged}; then",
+                f'  echo "malformed GUID file {path}; nothing installed" >&2; exit 1',
+                "fi",
+            ]
+    for i, (path, _) in enumerate(ordered):
+        staged = f'"$stage/{i}"'
+        lines += [
+            f"if ! cmp -s {staged} {path}; then",
+            f"  install -m 0644 {staged} {path}; touch {pending}",
+            "fi",
+        ]
+    lines += [
+        f"if [ -e {pending} ]; then",
+        '  echo "subnet-manager files changed; restarting opensm"',
+        "  systemctl restart opensm",
+        f"  rm -f {pending}",
+        "fi",
+        "systemctl is-enabled --quiet opensm || systemctl enable --now opensm",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sm_host_files(fabric_files: dict[str, str], host: str) -> dict[str, str]:
+    """The rendered fabric/ files one SM host needs, keyed by where they go on the host."""
+    shared = ("partitions.conf", "root_guids.conf", "cn_guids.conf", "io_guids.conf",
+              "node-name-map")
+    files = {f"{SM_CONF_DIR}/{name}": fabric_files[f"fabric/{name}"] for name in shared
+             if f"fabric/{name}" in fabric_files}
+    files[f"{SM_CONF_DIR}/opensm.conf"] = fabric_files[f"fabric/sm/{host}/opensm.conf"]
+    files["/etc/default/opensm"] = fabric_files[f"fabric/sm/{host}/opensm.default"]
+    return files
+
+
+class InfinibandFabric(pulumi.ComponentResource):
+    def __init__(self, name: str, args: FabricArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:fabric:InfinibandFabric", name, None, opts)
+        self.subnet_managers = {
+            host: command.remote.Command(
+                f"{host}-opensm",
+                connection=node.connection,
+                create="sudo bash -s",
+                stdin=sm_apply_script(files),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[node.prepared]),
+            )
+            for host, (node, files) in sorted(args.sm_hosts.items())
+        }
+        self.switches = {
+            sw: command.remote.Command(
+                f"{sw}-config",
+                connection=command.remote.ConnectionArgs(
+                    host=s.address, user=args.switch_user, password=args.switch_password,
+                    host_key=s.host_key),
+                create="cli",
+                stdin=s.cli,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for sw, s in sorted(args.switches.items())
+        }
+        self.register_outputs({"switches": sorted(self.switches)})

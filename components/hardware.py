@@ -1,0 +1,61 @@
+"""hardware layer: one BareMetalNode per host, preparing it over SSH."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+
+from components.remote import connection
+
+
+@dataclass(frozen=True)
+class BareMetalNodeArgs:
+    hostname: str
+    role: str
+    address: str
+    ssh_user: str
+    ssh_private_key: Any  # a Pulumi secret
+    ssh_host_key: str | None
+    prepare_script: str
+
+
+class BareMetalNode(pulumi.ComponentResource):
+    """A racked, OS-installed server, prepared by an idempotent script pushed over SSH.
+
+    The script travels on stdin so its full text is an input: a changed kernel parameter or a
+    new NVMe drive shows in the preview diff line by line, and only when its inputs change.
+    """
+
+    def __init__(self, name: str, args: BareMetalNodeArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:hardware:BareMetalNode", name, None, opts)
+        self.hostname = args.hostname
+        self.role = args.role
+        self.address = args.address
+        self.connection = connection(args.address, args.ssh_user, args.ssh_private_key,
+                                     args.ssh_host_key)
+        self.prepared = command.remote.Command(
+            f"{name}-prepare",
+            connection=self.connection,
+            create="sudo bash -s",
+            stdin=args.prepare_script,
+            # No delete action: removing a host from the stack never wipes it.
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"hostname": args.hostname, "address": args.address})
+
+
+class Hardware(pulumi.ComponentResource):
+    """Every host of the inventory, keyed by hostname."""
+
+    def __init__(self, name: str, nodes: dict[str, BareMetalNodeArgs],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:hardware:Hardware", name, None, opts)
+        self.nodes = {
+            host: BareMetalNode(host, args, pulumi.ResourceOptions(parent=self))
+            for host, args in sorted(nodes.items())
+        }
+        self.register_outputs({"hosts": sorted(self.nodes)})

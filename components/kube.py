@@ -1,0 +1,39 @@
+"""Register a rendered Kubernetes manifest as the matching pulumi-kubernetes resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+# Typed classes for the core kinds the stack renders; everything else is a CustomResource.
+KINDS: dict[tuple[str, str], Any] = {
+    ("v1", "Namespace"): k8s.core.v1.Namespace,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "PersistentVolume"): k8s.core.v1.PersistentVolume,
+    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
+}
+
+
+def resource_name(manifest: dict) -> str:
+    """Named by kind, namespace and name: never by position, unique across kinds."""
+    meta = manifest["metadata"]
+    parts = [manifest["kind"].lower(), meta.get("namespace"), meta["name"]]
+    return "-".join(p for p in parts if p)
+
+
+def apply(manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    api, kind = manifest["apiVersion"], manifest["kind"]
+    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    cls = KINDS.get((api, kind))
+    if cls is None:
+        return k8s.apiextensions.CustomResource(
+            resource_name(manifest), api_version=api, kind=kind, opts=opts, **body
+        )
+    return cls(resource_name(manifest), opts=opts, **body)

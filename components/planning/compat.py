@@ -1,0 +1,89 @@
+"""Component version compatibility, as data, checked when the config is validated.
+
+Each rule cites what it encodes so a reviewer can update it when upstream publishes a new
+support matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# Network Operator release -> Kubernetes minor versions it supports (release notes).
+NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {
+    "26.4.0": (31, 35),
+    "26.4.1": (31, 35),
+}
+
+# (GPU Operator, Network Operator) pairs whose GPUDirect RDMA integration is not supported.
+RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = {
+    ("v26.3.2", "26.4.0"): "GPU Operator 26.3.2 does not support RDMA with Network Operator "
+    "26.4.0 (fixed by Network Operator 26.4.1)",
+}
+
+# GPU Operator release -> Kubernetes minor versions it supports (platform support matrix).
+GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
+    "v26.3.2": (30, 35),
+    "v26.7.0": (31, 35),
+}
+
+# Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
+VOLCANO_HYPERNODE = ("1.12.0",)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    path: str
+    value: Any
+    message: str
+    fix: str
+
+
+def _minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.lstrip("v").split("-")[0].split("."))
+
+
+def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+    """Yield (path, value, message, fix) for every incompatible version pair."""
+    k8s = cluster.kubernetes.version
+    minor = _minor(k8s)
+    gpu = cluster.platform.gpu_operator.version
+    net = cluster.platform.network_operator.version
+
+    supported = NETWORK_OPERATOR_K8S.get(net.lstrip("v"))
+    if supported is None:
+        yield ("platform.networkOperator.version", net,
+               "is not in the compatibility table", "use one of "
+               + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release to "
+               "components/planning/compat.py with its Kubernetes range")
+    elif not supported[0] <= minor <= supported[1]:
+        yield ("kubernetes.version", k8s,
+               f"Network Operator {net} supports Kubernetes 1.{supported[0]}-1.{supported[1]}",
+               "pick a Kubernetes version in that range or another Network Operator release")
+
+    gpu_range = GPU_OPERATOR_K8S.get(gpu)
+    if gpu_range is None:
+        yield ("platform.gpuOperator.version", gpu, "is not in the compatibility table",
+               "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S)) + " or add the release to "
+               "components/planning/compat.py")
+    elif not gpu_range[0] <= minor <= gpu_range[1]:
+        yield ("kubernetes.version", k8s,
+               f"GPU Operator {gpu} supports Kubernetes 1.{gpu_range[0]}-1.{gpu_range[1]}",
+               "pick a Kubernetes version in that range or another GPU Operator release")
+
+    reason = RDMA_INCOMPATIBLE.get((gpu, net.lstrip("v")))
+    if reason and cluster.platform.gpu_operator.gpudirect_rdma:
+        yield ("platform.networkOperator.version", net,
+               f"incompatible with platform.gpuOperator.version {gpu}: {reason}",
+               "upgrade the Network Operator (26.4.1 or later) or change the GPU Operator")
+
+    vol = cluster.platform.volcano.version
+    if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):
+        yield ("platform.volcano.version", vol,
+               "predates HyperNode network-topology scheduling (Volcano 1.12)",
+               "use Volcano 1.12.0 or later (1.15.1 is tested)")

@@ -1,0 +1,452 @@
+"""Rail-optimized, non-blocking (1:1) fat-tree planner for QM9700-class switches.
+
+Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top switch):
+
+* Scalable unit (SU): up to 32 nodes at fixed slots 0..31. Rail r of every node in an SU
+  lands on the leaf of that SU carrying rail r.
+* Rails per leaf g: the largest divisor of the rail count with g <= rails/2 (at least two
+  leaves per SU, so one leaf failure never takes a node off the fabric) and g x slots <= 32,
+  where slots = highest used slot + 1 in that SU. Full SU: g = 1 (one leaf per rail); the
+  8-node prod SU: g = 4 (two leaves of 4 rails x 8 slots). Each rail of a leaf owns a block of
+  span = 32/g ports: leaf port = 1 + (rail mod g) x span + slot. A node's ports therefore only
+  depend on its own SU, slot and rail; a new node in an SU only changes the layout when it
+  raises the SU's slot count past 32/g (then the SU is re-grouped, visibly, in the preview).
+* Every leaf has 32 uplinks (ports 33..64) whatever its fill, so filling an SU never touches
+  an uplink and every leaf is 1:1.
+* Two tiers (up to 64 leaves = 2048 HCA ports = 256 nodes): S spines, the fewest divisor of
+  32 with S >= 2 (redundancy) and leaves x 32/S <= 64 that still leaves a spine port for
+  every SM host without a spare leaf port (a full 32-node SU: 8 spines, not 4), unless no
+  spine count can; p = 32/S parallel cables per
+  leaf-spine pair; leaf uplink u goes to spine u // p; spine port = 1 + leaf_ordinal x p + k.
+* Three tiers (more leaves): pods of 32/rails SUs (4 SUs = 128 nodes for 8 rails). A pod has
+  32 spines; leaf uplink u goes to pod spine u (one cable each). Leaf position in the pod =
+  SU-in-pod x rails + rail group, spine down port = 1 + position. Spine j of every pod
+  (ports 33..64 up) connects to the c cores of plane j, c = the fewest divisor of 32 with
+  c x 64 >= pods x 32; q = 32/c cables per spine-core pair; core port = 1 + (pod-1) x q + k.
+  1024 nodes: 8 pods x (32 leaves + 32 spines) + 32 planes x 4 cores = 128 cores.
+* Subnet-manager host HCAs take, in order: spare leaf down ports beyond g x span (none when
+  the SU layout uses all 32), then free top-tier-side ports (two tiers: spine ports from 64
+  down; three tiers: core ports from 64 down), then unused slot ports of leaves (highest SU
+  and slot first, as DGX SuperPOD puts UFM in the last slot). Master and standby land on
+  different switches. ftree treats them as non-compute (they are absent from cn_guids).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from . import guids as G
+from .bom import assign_media, build_bom, seeds_check
+from .model import (
+    Cable,
+    CableKind,
+    Endpoint,
+    FabricNode,
+    FabricPlan,
+    FabricSpec,
+    NodePlacement,
+    PlaceholderSummary,
+    PlanError,
+    RailPlacement,
+    SmHost,
+    SmPlacement,
+    Switch,
+)
+
+
+@dataclass
+class _Leaf:
+    name: str
+    su: int
+    group: int
+    rails: tuple[int, ...]
+    g: int
+    span: int
+    pod: int | None = None
+    position: int = 0  # ordinal (two tiers) or position in the pod (three tiers)
+    used_down: set[int] = field(default_factory=set)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _rails_per_leaf(spec: FabricSpec, su: int, slots: int) -> int:
+    rails, half = spec.rails_per_node, spec.half
+    if spec.rails_per_leaf is not None:
+        g = spec.rails_per_leaf
+        if rails % g or g * slots > half:
+            raise PlanError(
+                f"fabric.railsPerLeaf: {g} does not fit SU {su} ({slots} slots x {g} rails > "
+                f"{half} down ports, or {rails} rails not divisible); remove it to derive it"
+            )
+        return g
+    cap = max(1, rails // 2)
+    fits = [d for d in _divisors(rails) if d <= cap and d * slots <= half]
+    return max(fits) if fits else 1
+
+
+def _leaf_name(su: int, rails: Sequence[int]) -> str:
+    if len(rails) == 1:
+        return f"leaf-su{su}-r{rails[0]}"
+    return f"leaf-su{su}-r{rails[0]}-{rails[-1]}"
+
+
+def _validate(nodes: Sequence[FabricNode], sms: Sequence[SmHost], spec: FabricSpec) -> None:
+    if spec.radix < 4 or spec.radix % 2:
+        raise PlanError(f"fabric.radix: {spec.radix} must be an even port count >= 4")
+    if not 1 <= spec.nodes_per_su <= spec.half:
+        raise PlanError(f"fabric.nodesPerSu: {spec.nodes_per_su} must be within 1..{spec.half}")
+    if not 1 <= spec.rails_per_node <= spec.half:
+        raise PlanError(f"fabric.railsPerNode: {spec.rails_per_node} must be 1..{spec.half}")
+    seen: dict[str, str] = {}
+    slots: dict[tuple[int, int], str] = {}
+    for n in nodes:
+        where = f"nodes.{n.hostname}"
+        if n.hostname in seen:
+            raise PlanError(f"{where}: hostname listed twice; hostnames are unique")
+        seen[n.hostname] = where
+        if n.su < 1:
+            raise PlanError(f"{where}.su: {n.su} must be >= 1")
+        if not 0 <= n.slot < spec.nodes_per_su:
+            raise PlanError(
+                f"{where}.slot: {n.slot} is outside 0..{spec.nodes_per_su - 1}; "
+                f"start SU {n.su + 1} for more nodes"
+            )
+        other = slots.setdefault((n.su, n.slot), n.hostname)
+        if other != n.hostname:
+            raise PlanError(f"{where}.slot: SU {n.su} slot {n.slot} is already {other}")
+        rails: set[int] = set()
+        hcas: set[str] = set()
+        for p in n.ports:
+            if not 0 <= p.rail < spec.rails_per_node:
+                raise PlanError(
+                    f"{where}.rails: rail {p.rail} outside 0..{spec.rails_per_node - 1}")
+            if p.rail in rails or p.hca in hcas:
+                raise PlanError(f"{where}.rails[{p.rail}]: rail or HCA {p.hca} used twice")
+            rails.add(p.rail)
+            hcas.add(p.hca)
+    for s in sms:
+        if s.hostname in seen:
+            raise PlanError(f"subnetManagers.{s.hostname}: listed twice or also a GPU node")
+        seen[s.hostname] = f"subnetManagers.{s.hostname}"
+    prios = [s.priority for s in sms]
+    if len(set(prios)) != len(prios):
+        raise PlanError("subnetManagers.priority: priorities must differ (master > standby)")
+
+
+def _rack_resolver(spec: FabricSpec) -> Callable[[str], str]:
+    patterns = sorted((k for k in spec.switch_racks if any(c in k for c in "*?[")),
+                      key=lambda k: (-len(k), k))
+
+    def rack(name: str) -> str:
+        if name in spec.switch_racks:
+            return spec.switch_racks[name]
+        for pat in patterns:
+            if fnmatch.fnmatchcase(name, pat):
+                return spec.switch_racks[pat]
+        return spec.default_switch_rack
+
+    return rack
+
+
+class _Wiring:
+    """Switch-to-switch wiring state; `use` guards the one-cable-per-port invariant."""
+
+    def __init__(self, spec: FabricSpec) -> None:
+        self.spec = spec
+        self.switches: list[tuple[str, str, int, int | None]] = []  # name, role, tier, pod
+        self.cables: list[tuple[Endpoint, Endpoint, CableKind]] = []
+        self.used: dict[str, set[int]] = {}
+        self.top: list[str] = []
+
+    def use(self, name: str, port: int) -> None:
+        ports = self.used.setdefault(name, set())
+        if port in ports or not 1 <= port <= self.spec.radix:
+            raise AssertionError(f"planner bug: {name} port {port} reused or out of range")
+        ports.add(port)
+
+    def link(self, a: Endpoint, b: Endpoint, kind: CableKind) -> None:
+        self.use(a.device, a.port)
+        self.use(b.device, b.port)
+        self.cables.append((a, b, kind))
+
+    def two_tier(self, leaves: list[_Leaf], n_sm: int) -> None:
+        half, radix, n = self.spec.half, self.spec.radix, len(leaves)
+        if self.spec.spines is not None:
+            s_count = self.spec.spines
+            if half % s_count or n * (half // s_count) > radix:
+                raise PlanError(
+                    f"fabric.spines: {s_count} spines cannot take {n} leaves x {half} "
+                    f"uplinks evenly; use a divisor of {half} >= {-(-n * half // radix)}"
+                )
+        else:
+            # Fewest spines that keep the leaves 1:1; more if the SM hosts would otherwise
+            # need a node slot (so filling the last slot never re-stripes the uplinks).
+            need = max(0, n_sm - sum(half - lf.g * lf.span for lf in leaves))
+            fits = [d for d in _divisors(half) if d >= min(2, half) and n * (half // d) <= radix]
+            roomy = [d for d in fits if d * (radix - n * (half // d)) >= need]
+            s_count = (roomy or fits)[0]
+        p = half // s_count
+        self.top = [f"spine-{j + 1:02d}" for j in range(s_count)]
+        for leaf_i, leaf in enumerate(leaves):
+            leaf.position = leaf_i
+            for u in range(half):
+                j, k = divmod(u, p)
+                self.link(Endpoint(leaf.name, half + 1 + u),
+                          Endpoint(self.top[j], 1 + leaf_i * p + k), "leaf-spine")
+        self.switches += [(sn, "spine", 2, None) for sn in self.top]
+
+    def three_tier(self, leaves: list[_Leaf]) -> None:
+        half, radix, rails = self.spec.half, self.spec.radix, self.spec.rails_per_node
+        per_pod = half // rails
+        if per_pod < 1:
+            raise PlanError(f"fabric.railsPerNode: {rails} rails exceed a {half}-leaf pod")
+        for leaf in leaves:
+            leaf.pod = (leaf.su - 1) // per_pod + 1
+            leaf.position = ((leaf.su - 1) % per_pod) * rails + leaf.group
+        pods = sorted({leaf.pod for leaf in leaves if leaf.pod is not None})
+        max_pod = pods[-1] if pods else 1
+        fits = [d for d in _divisors(half) if d * radix >= max_pod * half]
+        if not fits:
+            raise PlanError(f"{max_pod} pods exceed a three-tier tree of radix {radix} "
+                            f"(max {radix} pods = {radix * half * half // 2} HCA ports)")
+        c = fits[0]
+        q = half // c
+        for leaf in leaves:
+            for u in range(half):
+                self.link(Endpoint(leaf.name, half + 1 + u),
+                          Endpoint(f"spine-p{leaf.pod}-{u + 1:02d}", 1 + leaf.position),
+                          "leaf-spine")
+        self.top = [f"core-{j * c + i + 1:03d}" for j in range(half) for i in range(c)]
+        for pod in pods:
+            for j in range(half):
+                sn = f"spine-p{pod}-{j + 1:02d}"
+                self.switches.append((sn, "spine", 2, pod))
+                for i in range(c):
+                    for k in range(q):
+                        self.link(Endpoint(sn, half + 1 + i * q + k),
+                                  Endpoint(self.top[j * c + i], 1 + (pod - 1) * q + k),
+                                  "spine-core")
+        self.switches += [(cn, "core", 3, None) for cn in self.top]
+
+
+def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec
+                  ) -> tuple[list[_Leaf], dict[tuple[int, int], _Leaf], dict[int, int]]:
+    su_slots: dict[int, int] = {}
+    for n in nodes:
+        su_slots[n.su] = max(su_slots.get(n.su, 0), n.slot + 1)
+    leaves: list[_Leaf] = []
+    leaf_of: dict[tuple[int, int], _Leaf] = {}  # (su, rail) -> leaf
+    g_of: dict[int, int] = {}
+    for su in sorted(su_slots):
+        g = g_of[su] = _rails_per_leaf(spec, su, su_slots[su])
+        for gi in range(spec.rails_per_node // g):
+            rails = tuple(range(gi * g, gi * g + g))
+            leaf = _Leaf(_leaf_name(su, rails), su, gi, rails, g, spec.half // g)
+            leaves.append(leaf)
+            for r in rails:
+                leaf_of[(su, r)] = leaf
+    return leaves, leaf_of, g_of
+
+
+@dataclass
+class _Guids:
+    hca: dict[tuple[str, int], tuple[str, bool]]
+    sm: dict[str, tuple[str, bool]]
+    switch: dict[str, tuple[str, bool]]
+    summary: PlaceholderSummary
+
+
+def _assign_guids(nodes: Sequence[FabricNode], sms: Sequence[SmHost], switch_names: list[str],
+                  spec: FabricSpec, warnings: list[str]) -> _Guids:
+    """Real GUIDs from the inputs (checked for duplicates), placeholders for the rest."""
+    taken: set[int] = set()
+    real: dict[str, str] = {}  # guid -> where, for duplicate detection
+
+    def claim(guid: str, where: str) -> str:
+        g = G.normalize(guid, where)
+        if g in real:
+            raise PlanError(f"{where}: GUID {g} already used by {real[g]}")
+        real[g] = where
+        taken.add(G.to_int(g))
+        return g
+
+    hca_real = {(n.hostname, hp.rail): claim(hp.port_guid,
+                                             f"nodes.{n.hostname}.rails[{hp.rail}].portGuid")
+                for n in nodes for hp in n.ports if hp.port_guid}
+    sm_real = {s.hostname: claim(s.port_guid, f"subnetManagers.{s.hostname}.portGuid")
+               for s in sms if s.port_guid}
+    known = set(switch_names)
+    sw_real: dict[str, str] = {}
+    for name in sorted(spec.switch_guids):
+        if name in known:
+            sw_real[name] = claim(spec.switch_guids[name], f"fabric.switchGuids.{name}")
+        else:
+            warnings.append(f"fabric.switchGuids.{name}: no switch of that name in the plan; "
+                            "its GUID is ignored")
+    ca_real = list(hca_real.values()) + list(sm_real.values())
+    for g in ca_real:  # real CA port GUIDs also reserve GUID - 1, the simulator's node GUID
+        taken.add(G.to_int(g) - 1)
+    hca_ph = G.placeholders("hca", [f"{n.hostname}/{hp.rail}" for n in nodes for hp in n.ports
+                                    if (n.hostname, hp.rail) not in hca_real], taken)
+    sm_ph = G.placeholders("sm", [s.hostname for s in sms if s.hostname not in sm_real], taken)
+    sw_ph = G.placeholders("switch", [n for n in switch_names if n not in sw_real], taken)
+    _sim_guid_check(ca_real, list(sw_real.values()), warnings)
+    return _Guids(
+        hca={(n.hostname, hp.rail): ((hca_real[(n.hostname, hp.rail)], False)
+                                     if (n.hostname, hp.rail) in hca_real
+                                     else (hca_ph[f"{n.hostname}/{hp.rail}"], True))
+             for n in nodes for hp in n.ports},
+        sm={s.hostname: ((sm_real[s.hostname], False) if s.hostname in sm_real
+                         else (sm_ph[s.hostname], True)) for s in sms},
+        switch={n: ((sw_real[n], False) if n in sw_real else (sw_ph[n], True))
+                for n in switch_names},
+        summary=PlaceholderSummary(len(hca_ph), len(sm_ph), len(sw_ph)),
+    )
+
+
+def plan_fabric(
+    nodes: Sequence[FabricNode],
+    sm_hosts: Sequence[SmHost] = (),
+    spec: FabricSpec | None = None,
+) -> FabricPlan:
+    """Plan switches, cables, rail placement, BOM and GUIDs. Pure and deterministic."""
+    spec = spec or FabricSpec()
+    _validate(nodes, sm_hosts, spec)
+    half, radix = spec.half, spec.radix
+    nodes = sorted(nodes, key=lambda n: (n.su, n.slot))
+    sms = sorted(sm_hosts, key=lambda s: (-s.priority, s.hostname))
+    warnings: list[str] = []
+
+    leaves, leaf_of, g_of = _build_leaves(nodes, spec)
+    tiers = spec.tiers or (2 if len(leaves) <= radix else 3)
+    if tiers == 2 and len(leaves) > radix:
+        raise PlanError(f"fabric.tiers: {len(leaves)} leaves exceed a two-tier tree of radix "
+                        f"{radix} (max {radix} leaves); remove tiers: 2")
+    w = _Wiring(spec)
+    if tiers == 2:
+        w.two_tier(leaves, len(sms))
+    else:
+        w.three_tier(leaves)
+
+    def leaf_port(n: FabricNode, rail: int) -> tuple[_Leaf, int]:
+        leaf = leaf_of[(n.su, rail)]
+        return leaf, 1 + (rail % leaf.g) * leaf.span + n.slot
+
+    hca_cables: list[tuple[Endpoint, Endpoint, CableKind]] = []
+    for n in nodes:
+        for hp in sorted(n.ports, key=lambda x: x.rail):
+            leaf, port = leaf_port(n, hp.rail)
+            w.use(leaf.name, port)
+            leaf.used_down.add(port)
+            hca_cables.append((Endpoint(leaf.name, port), Endpoint(n.hostname, 1, hp.rail,
+                                                                    hp.hca), "hca"))
+
+    sm_ports = _place_sm(sms, leaves, w.top, w.used, spec)
+    sm_cables: list[tuple[Endpoint, Endpoint, CableKind]] = [
+        (Endpoint(sw, port), Endpoint(s.hostname, 1, None, s.hca), "sm")
+        for s, (sw, port) in zip(sms, sm_ports, strict=True)]
+    leaf_by_name = {leaf.name: leaf for leaf in leaves}
+    for sw, port in sm_ports:
+        if sw in leaf_by_name:
+            leaf_by_name[sw].used_down.add(port)
+
+    guids = _assign_guids(nodes, sms, [lf.name for lf in leaves] + [s[0] for s in w.switches],
+                          spec, warnings)
+    rack = _rack_resolver(spec)
+    switches = [Switch(lf.name, "leaf", 1, rack(lf.name), *guids.switch[lf.name],
+                       spec.switch_model, radix, lf.su, lf.rails, lf.pod) for lf in leaves]
+    switches += [Switch(name, role, tier, rack(name), *guids.switch[name],  # type: ignore[arg-type]
+                        spec.switch_model, radix, pod=pod)
+                 for name, role, tier, pod in w.switches]
+    rack_of = {s.name: s.rack for s in switches}
+    rack_of.update({n.hostname: n.rack for n in nodes})
+    rack_of.update({s.hostname: s.rack for s in sms})
+
+    ordered = hca_cables + sm_cables + w.cables
+    media = assign_media([(a, b, rack_of[a.device], rack_of[b.device]) for a, b, _ in ordered])
+    cables = tuple(
+        Cable(a, b, kind, rack_of[a.device], rack_of[b.device], m,
+              "in-rack" if rack_of[a.device] == rack_of[b.device] else "cross-rack")
+        for (a, b, kind), m in zip(ordered, media, strict=True))
+
+    placements = tuple(
+        NodePlacement(n.hostname, n.su, n.slot, n.rack, leaf_of[(n.su, 0)].pod, tuple(
+            RailPlacement(hp.rail, hp.hca, leaf_port(n, hp.rail)[0].name,
+                          leaf_port(n, hp.rail)[1], *guids.hca[(n.hostname, hp.rail)])
+            for hp in sorted(n.ports, key=lambda x: x.rail)))
+        for n in nodes)
+    sm_out = tuple(SmPlacement(s.hostname, s.priority, sw, port, *guids.sm[s.hostname], s.hca)
+                   for s, (sw, port) in zip(sms, sm_ports, strict=True))
+
+    # Bisection: the narrowest tier cut (hosts, leaf uplinks, spine uplinks), halved.
+    cuts = [len(hca_cables)] + [sum(1 for c in w.cables if c[2] == k)
+                                for k in ("leaf-spine", "spine-core")[: tiers - 1]]
+    over = max([len(lf.used_down) / half for lf in leaves] + [0.0])
+    if tiers == 3:  # spines: used down ports vs their half up
+        down: dict[str, int] = {}
+        for _a, b, kind in w.cables:
+            if kind == "leaf-spine":
+                down[b.device] = down.get(b.device, 0) + 1
+        over = max([over] + [v / half for v in down.values()])
+
+    bom = build_bom(switches, cables, spec)
+    return FabricPlan(
+        spec=spec, tiers=tiers, rails_per_leaf=MappingProxyType(dict(g_of)),
+        switches=tuple(switches), cables=cables, nodes=placements, sm=sm_out, bom=bom,
+        hca_ports=len(hca_cables), bisection_tbps=min(cuts) * spec.link_gbps / 2 / 1000,
+        oversubscription=round(over, 4), placeholders=guids.summary,
+        seeds_check=seeds_check(switches, cables, bom), warnings=tuple(warnings),
+    )
+
+
+def _place_sm(
+    sms: Sequence[SmHost],
+    leaves: Sequence[_Leaf],
+    top: Sequence[str],
+    used: dict[str, set[int]],
+    spec: FabricSpec,
+) -> list[tuple[str, int]]:
+    """Free ports for SM hosts, master and standby on different switches when possible."""
+    if not sms:
+        return []
+    half, radix = spec.half, spec.radix
+    spare: list[tuple[str, int]] = []
+    for leaf in leaves:  # down ports beyond the rail blocks: never a node's port
+        spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
+    for name in top:  # two tiers: spines; three tiers: cores
+        spare += [(name, p) for p in range(radix, 0, -1)]
+    for leaf in sorted(leaves, key=lambda lf: (-lf.su, lf.group)):  # unused slot ports
+        spare += [(leaf.name, p) for p in range(leaf.g * leaf.span, 0, -1)]
+    free = [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
+    out: list[tuple[str, int]] = []
+    taken: set[tuple[str, int]] = set()
+    switches_used: set[str] = set()
+    for s in sms:
+        pick = next((x for x in free if x not in taken and x[0] not in switches_used), None)
+        pick = pick or next((x for x in free if x not in taken), None)
+        if pick is None:
+            raise PlanError(
+                f"subnetManagers.{s.hostname}: no free switch port (every leaf, spine and core "
+                f"port is cabled); leave a node slot free, e.g. the last slot of the last SU, "
+                "as DGX SuperPOD does for UFM"
+            )
+        taken.add(pick)
+        switches_used.add(pick[0])
+        used.setdefault(pick[0], set()).add(pick[1])
+        out.append(pick)
+    return out
+
+
+def _sim_guid_check(ca_ports: list[str], switch_guids: list[str], warnings: list[str]) -> None:
+    """ibsim derives CA port GUID = node GUID + 1, so the simulated node GUID is port - 1;
+    warn if that collides with another real GUID (the simulation could not load it)."""
+    ints = {G.to_int(g) for g in ca_ports} | {G.to_int(g) for g in switch_guids}
+    for g in ca_ports:
+        if G.to_int(g) - 1 in ints:
+            warnings.append(f"HCA port GUID {g}: {G.fmt(G.to_int(g) - 1)} is also a planned "
+                            "GUID, so the ibsim rendering cannot give this CA its node GUID")

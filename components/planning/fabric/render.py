@@ -1,0 +1,121 @@
+"""Everything the fabric layer writes under build/<stack>/fabric/, as {relative path: text}."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from .bom import physical_cables
+from .diagram import render_svg
+from .ibnet import render_topology_net
+from .model import FabricPlan
+from .sm_files import (
+    compute_port_guids,
+    guid_list,
+    render_default_file,
+    render_node_name_map,
+    render_opensm_conf,
+    render_partitions,
+    top_tier_guids,
+)
+
+
+def _csv(header: list[str], rows: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def render_cabling_csv(plan: FabricPlan) -> str:
+    """One row per 400G link, switch side first: what a technician cables and labels."""
+    rows = []
+    for c in plan.cables:
+        rows.append([c.id, c.kind, c.a.device, c.a.port, c.a_rack, c.b.device,
+                     c.b.port if c.b.hca is None else "",
+                     "" if c.b.rail is None else c.b.rail, c.b.hca or "", c.b_rack,
+                     c.media, c.length_class])
+    return _csv(["cable_id", "kind", "a_switch", "a_port", "a_rack", "b_device", "b_port",
+                 "b_rail", "b_hca", "b_rack", "media", "length_class"], rows)
+
+
+def render_bom_csv(plan: FabricPlan) -> str:
+    return _csv(["category", "item", "part", "quantity", "note"],
+                [[b.category, b.item, b.part, b.quantity, b.note] for b in plan.bom])
+
+
+def summary(plan: FabricPlan) -> dict[str, Any]:
+    """Key numbers for the preview, outputs and README (JSON-friendly)."""
+    sc = plan.seeds_check
+    return {
+        "tiers": plan.tiers,
+        "nodes": len(plan.nodes),
+        "hca_ports": plan.hca_ports,
+        "switches": {r: plan.count(r) for r in ("leaf", "spine", "core")},
+        "rails_per_leaf": {str(k): v for k, v in plan.rails_per_leaf.items()},
+        "links": {k: len(plan.cables_of(k)) for k in ("hca", "sm", "leaf-spine", "spine-core")},
+        "bisection_tbps": plan.bisection_tbps,
+        "oversubscription": plan.oversubscription_text(),
+        "bom": [{"item": b.item, "part": b.part, "quantity": b.quantity} for b in plan.bom],
+        "placeholders": plan.placeholders.message(),
+        "seeds_check": {
+            "seed": f"{sc.seed_leaves} leaf + {sc.seed_spines} core, ~{sc.seed_cables} cables",
+            "planned": f"{sc.leaves} leaf + {sc.spines} upper-tier, "
+                       f"{sc.hca_links + sc.uplink_links + sc.sm_links} links "
+                       f"({sc.physical_cables} physical cables)",
+            "verdict": sc.verdict,
+        },
+        "warnings": list(plan.warnings),
+    }
+
+
+def render_fabric_files(plan: FabricPlan, prefix: str = "fabric/") -> dict[str, str]:
+    """All rendered fabric artifacts, keyed by path relative to build/<stack>/."""
+    partitions, _ = render_partitions(plan)
+    files = {
+        "topology.net": render_topology_net(plan),
+        "cabling.csv": render_cabling_csv(plan),
+        "bom.csv": render_bom_csv(plan),
+        "opensm.conf": render_opensm_conf(plan),
+        "partitions.conf": partitions,
+        "root_guids.conf": guid_list(top_tier_guids(plan)),
+        "cn_guids.conf": guid_list(compute_port_guids(plan)),
+        "node-name-map": render_node_name_map(plan),
+        "fabric.svg": render_svg(plan),
+    }
+    if plan.sm:
+        files["io_guids.conf"] = guid_list(s.port_guid for s in plan.sm)
+    for s in plan.sm:
+        files[f"sm/{s.hostname}/opensm.conf"] = render_opensm_conf(plan, priority=s.priority)
+        files[f"sm/{s.hostname}/opensm.default"] = render_default_file(s.port_guid,
+                                                                        s.guid_placeholder)
+    return {prefix + k: v for k, v in sorted(files.items())}
+
+
+def plan_warnings(plan: FabricPlan) -> list[str]:
+    """Planner warnings plus those found while rendering (e.g. partition hosts)."""
+    return list(plan.warnings) + render_partitions(plan)[1]
+
+
+def report_lines(plan: FabricPlan) -> list[str]:
+    """The fabric as a reviewer reads it in the preview: switches, links, BOM, bandwidth."""
+    s = summary(plan)
+    sw, links = s["switches"], s["links"]
+    lines = [
+        f"Fabric: {s['tiers']}-tier fat tree, {s['nodes']} GPU nodes, {s['hca_ports']} compute "
+        f"HCA ports, {sw['leaf']} leaf + {sw['spine']} spine + {sw['core']} core switches",
+        f"  links (400G): {links['hca']} HCA, {links['leaf-spine']} leaf-spine, "
+        f"{links['spine-core']} spine-core, {links['sm']} subnet-manager; "
+        f"{physical_cables(plan.bom)} physical cables",
+        f"  bisection bandwidth {s['bisection_tbps']:g} Tb/s, oversubscription "
+        f"{s['oversubscription']}",
+        "  bill of materials:",
+    ]
+    lines += [f"    {b['quantity']:>6} x {b['item']} ({b['part']})" for b in s["bom"]]
+    lines.append(f"  design documents' estimate: {s['seeds_check']['seed']} -> planned "
+                 f"{s['seeds_check']['planned']}")
+    lines.append(f"  GUIDs: {s['placeholders']}")
+    lines += [f"  warning: {w}" for w in plan_warnings(plan)]
+    return lines

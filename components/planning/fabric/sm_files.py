@@ -1,0 +1,165 @@
+"""Subnet-manager files for opensm 3.3: opensm.conf, partitions.conf, GUID lists, name map.
+
+One shared `opensm.conf` (what reviewers diff and the simulator runs) plus a per-host copy
+under `sm/<host>/` that differs only in `sm_priority`, and a per-host `opensm.default` for
+Debian's /etc/default/opensm (PORTS = the host's fabric port GUID; the opensm@<guid> unit
+passes it as --guid). Per-host files keep the SSH apply a plain "write file, restart unit".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .model import FabricPlan, Partition, PlanError
+
+_HEADER = "# Rendered by the gpu-cluster stack from the fabric plan; edits on the host are lost.\n"
+
+
+def top_tier_guids(plan: FabricPlan) -> list[str]:
+    """ftree roots: the spines of a two-tier tree, the cores of a three-tier one."""
+    top = max(s.tier for s in plan.switches)
+    return [s.guid for s in plan.switches if s.tier == top]
+
+
+def compute_port_guids(plan: FabricPlan) -> list[str]:
+    return [r.port_guid for n in plan.nodes for r in n.rails]
+
+
+def guid_list(guids: Iterable[str]) -> str:
+    """opensm GUID files take one GUID per line and nothing else."""
+    return "".join(f"{g}\n" for g in guids)
+
+
+def render_opensm_conf(plan: FabricPlan, priority: int = 0, etc_dir: str | None = None,
+                       log_file: str | None = None) -> str:
+    spec = plan.spec
+    d = (etc_dir or spec.sm_conf_dir).rstrip("/")
+    log = log_file or spec.sm_log_file
+    lines = [
+        _HEADER.rstrip(),
+        f"# Fabric: {len(plan.nodes)} GPU nodes, {plan.hca_ports} compute HCA ports, "
+        f"{len(plan.switches)} switches, {plan.tiers}-tier fat tree.",
+        "",
+        "# Master = highest priority (0..15); standbys poll it and take over.",
+        f"sm_priority {priority}",
+        "",
+        "# Fat-tree routing ranked from the planned roots; compute nodes are the rails, so",
+        "# subnet-manager HCAs (off the leaves) are I/O nodes allowed one reverse hop, which",
+        "# keeps master and standby reachable. If a failure breaks the fat-tree shape opensm",
+        "# falls back to updn (still credit-loop free), never to plain minhop.",
+        "routing_engine ftree,updn",
+        f"root_guid_file {d}/root_guids.conf",
+        f"cn_guid_file {d}/cn_guids.conf",
+    ]
+    if plan.sm:  # an empty io_guid_file is ERR AB29 and a silent fallback off ftree
+        lines += [f"io_guid_file {d}/io_guids.conf", "max_reverse_hops 1"]
+    lines += [
+        "# ftree does not support LMC > 0",
+        "lmc 0",
+        "",
+        f"partition_config_file {d}/partitions.conf",
+        "no_partition_enforcement FALSE",
+        "part_enforce both",
+        "allow_both_pkeys FALSE",
+        "",
+        f"node_name_map_name {d}/node-name-map",
+        "",
+        "# Heavy sweep period (s); light sweeps and traps still react at once.",
+        f"sweep_interval {spec.sm_sweep_interval}",
+        "sminfo_polling_timeout 10000",
+        "polling_retry_number 4",
+        "",
+        "# Errors and info; the log is rotated by logrotate, capped at 1 GB here.",
+        "log_flags 0x03",
+        f"log_file {log}",
+        "log_max_size 1024",
+        "accum_log_file TRUE",
+        "force_log_flush FALSE",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _guid_lines(items: list[str], indent: str = "    ", per_line: int = 4) -> list[str]:
+    rows = [items[i:i + per_line] for i in range(0, len(items), per_line)]
+    return [indent + ", ".join(r) + ("," if i < len(rows) - 1 else "")
+            for i, r in enumerate(rows)]
+
+
+def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None = None
+                      ) -> tuple[str, list[str]]:
+    """partitions.conf text and warnings. Membership lists end with `;` on the last GUID line
+    (a line holding only `;` is a parse error in opensm 3.3.23 and drops every pkey)."""
+    parts = tuple(plan.spec.partitions if partitions is None else partitions)
+    warnings: list[str] = []
+    seen: dict[int, str] = {}
+    for p in parts:
+        if not 0x0001 <= p.pkey <= 0x7FFE:
+            raise PlanError(f"fabric.partitions.{p.name}.pkey: {p.pkey:#06x} must be within "
+                            "0x0001-0x7ffe (0x7fff is the Default partition)")
+        if p.pkey in seen:
+            raise PlanError(f"fabric.partitions.{p.name}.pkey: {p.pkey:#06x} already used by "
+                            f"{seen[p.pkey]}")
+        if not p.name or any(ch in p.name for ch in "=,:;# \t"):
+            raise PlanError(f"fabric.partitions.{p.name!r}.name: use letters, digits, - _ .")
+        seen[p.pkey] = p.name
+    hosts = {n.hostname for n in plan.nodes}
+    out = [
+        _HEADER.rstrip(),
+        "# Default: every port limited (no port-to-port traffic), subnet managers full.",
+    ]
+    sm_full = [f"{s.port_guid}=full" for s in plan.sm]
+    default = ["ALL=limited", "SELF=full"] + sm_full
+    out += ["Default=0x7fff, ipoib :"] + _with_semicolon(_guid_lines(default)) + [""]
+    for p in parts:
+        flags = ", ipoib" if p.ipoib else ""
+        unknown = sorted(set(p.hosts) - hosts)
+        if unknown:
+            warnings.append(f"fabric.partitions.{p.name}.hosts: {', '.join(unknown)} not in "
+                            "the fabric")
+        nodes = [n for n in plan.nodes if not p.hosts or n.hostname in p.hosts]
+        compute = [r.port_guid for n in nodes for r in n.rails]
+        if p.members == "all":
+            out += [f"# {p.name}: every end port full", f"{p.name}=0x{p.pkey:04x}{flags} :",
+                    "    ALL=full ;", ""]
+            continue
+        if p.members == "compute":
+            members = compute
+            head = f"{p.name}=0x{p.pkey:04x}{flags}, defmember=full :"
+            note = f"# {p.name}: {len(members)} compute HCA ports, full members"
+        else:
+            members = compute + [f"{g.lower()}=full" for g in p.port_guids]
+            head = f"{p.name}=0x{p.pkey:04x}{flags}, defmember=limited :"
+            note = (f"# {p.name}: {len(compute)} compute HCA ports limited (clients), "
+                    f"{len(p.port_guids)} storage server ports full")
+        if not members:
+            warnings.append(f"fabric.partitions.{p.name}: no member ports; not rendered")
+            out += [f"# {p.name}=0x{p.pkey:04x}: no member ports yet", ""]
+            continue
+        out += [note, head] + _with_semicolon(_guid_lines(members)) + [""]
+    return "\n".join(out), warnings
+
+
+def _with_semicolon(lines: list[str]) -> list[str]:
+    return lines[:-1] + [lines[-1] + " ;"]
+
+
+def render_node_name_map(plan: FabricPlan) -> str:
+    """GUID -> name for ibnetdiscover/ibtracert/opensm logs. ConnectX-7 node GUID equals its
+    port GUID, so HCAs are keyed by port GUID."""
+    lines = [_HEADER.rstrip(), "# switches"]
+    lines += [f'{s.guid} "{s.name}"' for s in plan.switches]
+    lines.append("# compute HCAs: hostname/rail/device")
+    lines += [f'{r.port_guid} "{n.hostname}/rail{r.rail}/{r.hca}"'
+              for n in plan.nodes for r in n.rails]
+    if plan.sm:
+        lines.append("# subnet-manager hosts")
+        lines += [f'{s.port_guid} "{s.hostname}/sm/{s.hca}"' for s in plan.sm]
+    return "\n".join(lines) + "\n"
+
+
+def render_default_file(guid: str, placeholder: bool) -> str:
+    if placeholder:
+        return (_HEADER + "# The fabric port GUID is still a placeholder: start on every port\n"
+                "# until the inventory has the real one (ibstat -p).\nPORTS=ALL\n")
+    return _HEADER + f'PORTS="{guid}"\n'

@@ -1,0 +1,270 @@
+"""kubeadm configuration and bootstrap scripts rendered from the model (pure, no pulumi).
+
+kubeadm v1beta4 (Kubernetes 1.31+). `kubeadm init` is not idempotent, so every script checks
+for the state it creates first (admin.conf, kubelet.conf) and exits without side effects when it
+is already there. Tokens and certificate keys never appear in rendered text: scripts read them
+from environment variables that Pulumi passes as secrets.
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import yaml
+
+from components.config import Cluster, GpuNode, Host
+
+KUBEADM_API = "kubeadm.k8s.io/v1beta4"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+LABEL_PREFIX = "gpucluster.io"
+
+ENCRYPTION_CONFIG = {
+    "apiVersion": "apiserver.config.k8s.io/v1",
+    "kind": "EncryptionConfiguration",
+    "resources": [
+        {
+            "resources": ["secrets"],
+            # The key itself is generated on the control-plane host and never leaves it.
+            "providers": [
+                {"secretbox": {"keys": [{"name": "key1", "secret": "${ENCRYPTION_KEY}"}]}},
+                {"identity": {}},
+            ],
+        }
+    ],
+}
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        # Secret payloads must never land in the audit log.
+        {"level": "Metadata", "resources": [{"group": "", "resources": ["secrets", "configmaps"]}]},
+        {"level": "None", "users": ["system:kube-proxy"], "verbs": ["watch"]},
+        {"level": "RequestResponse", "verbs": ["create", "update", "patch", "delete"],
+         "resources": [{"group": "kubeflow.org"}, {"group": "batch.volcano.sh"},
+                       {"group": "scheduling.volcano.sh"}]},
+        {"level": "Metadata"},
+    ],
+}
+
+
+def endpoint(cluster: Cluster) -> str:
+    ep = cluster.kubernetes.control_plane_endpoint
+    address = ep.vip or cluster.control_plane[0].management_ip
+    return f"{address}:{ep.port}"
+
+
+def cluster_configuration(cluster: Cluster) -> dict:
+    k = cluster.kubernetes
+    extra_args = [{"name": "profiling", "value": "false"}]
+    volumes = []
+    if k.audit_logging:
+        extra_args += [
+            {"name": "audit-policy-file", "value": "/etc/kubernetes/audit-policy.yaml"},
+            {"name": "audit-log-path", "value": "/var/log/kubernetes/audit.log"},
+            {"name": "audit-log-maxage", "value": "30"},
+            {"name": "audit-log-maxbackup", "value": "10"},
+            {"name": "audit-log-maxsize", "value": "200"},
+        ]
+        volumes += [
+            {"name": "audit-policy", "hostPath": "/etc/kubernetes/audit-policy.yaml",
+             "mountPath": "/etc/kubernetes/audit-policy.yaml", "readOnly": True,
+             "pathType": "File"},
+            {"name": "audit-log", "hostPath": "/var/log/kubernetes",
+             "mountPath": "/var/log/kubernetes", "pathType": "DirectoryOrCreate"},
+        ]
+    if k.encryption_at_rest:
+        extra_args.append({"name": "encryption-provider-config",
+                           "value": "/etc/kubernetes/encryption-config.yaml"})
+        volumes.append({"name": "encryption-config",
+                        "hostPath": "/etc/kubernetes/encryption-config.yaml",
+                        "mountPath": "/etc/kubernetes/encryption-config.yaml",
+                        "readOnly": True, "pathType": "File"})
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "ClusterConfiguration",
+        "clusterName": cluster.name,
+        "kubernetesVersion": f"v{k.version}",
+        "controlPlaneEndpoint": endpoint(cluster),
+        "networking": {
+            "podSubnet": str(k.pod_cidr),
+            "serviceSubnet": str(k.service_cidr),
+            "dnsDomain": k.cluster_domain,
+        },
+        "apiServer": {"extraArgs": extra_args, "extraVolumes": volumes},
+    }
+
+
+def kubelet_configuration(cluster: Cluster) -> dict:
+    kl = cluster.kubernetes.kubelet
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "systemd",
+        "cpuManagerPolicy": kl.cpu_manager_policy,
+        # Align GPUs, NICs and CPUs per pod; best-effort/restricted admit 8-GPU pods that span
+        # both sockets, where single-numa-node would reject them.
+        "topologyManagerPolicy": kl.topology_manager_policy,
+        "topologyManagerScope": kl.topology_manager_scope,
+        "memoryManagerPolicy": "None",
+        "systemReserved": {"cpu": kl.system_reserved_cpu, "memory": kl.system_reserved_memory},
+        "kubeReserved": {"cpu": kl.kube_reserved_cpu, "memory": kl.kube_reserved_memory},
+        "evictionHard": {"memory.available": "2Gi", "nodefs.available": "10%"},
+        "maxPods": kl.max_pods,
+        "serverTLSBootstrap": True,
+        "failSwapOn": True,
+    }
+
+
+def node_labels(cluster: Cluster, node: GpuNode, leaves: dict[int, str] | None = None) -> dict:
+    """Labels a GPU node carries: GPU product and its place in the fabric."""
+    labels = {
+        "nvidia.com/gpu.product": node.gpu.product_label,
+        f"{LABEL_PREFIX}/su": f"su{node.su}",
+        f"{LABEL_PREFIX}/rack": node.rack,
+        f"{LABEL_PREFIX}/role": "gpu-worker",
+    }
+    for rail, leaf in sorted((leaves or {}).items()):
+        labels[f"{LABEL_PREFIX}/rail{rail}-leaf"] = leaf
+    return labels
+
+
+def init_configuration(cluster: Cluster, host: Host) -> dict:
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "InitConfiguration",
+        "localAPIEndpoint": {"advertiseAddress": str(host.management_ip),
+                             "bindPort": cluster.kubernetes.control_plane_endpoint.port},
+        "nodeRegistration": {"name": host.hostname, "criSocket":
+                             "unix:///run/containerd/containerd.sock"},
+        # The bootstrap token of `kubeadm init` is not used: workers get their own short-lived
+        # tokens, one per join.
+        "bootstrapTokens": [],
+    }
+
+
+def join_configuration(cluster: Cluster, node: GpuNode) -> dict:
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": endpoint(cluster),
+                "token": "${JOIN_TOKEN}",
+                "caCertHashes": ["${CA_CERT_HASH}"],
+            }
+        },
+        "nodeRegistration": {
+            "name": node.hostname,
+            "criSocket": "unix:///run/containerd/containerd.sock",
+            "taints": [GPU_TAINT],
+        },
+    }
+
+
+def _docs(*docs: dict) -> str:
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+
+
+def init_script(cluster: Cluster, host: Host) -> str:
+    """Guarded `kubeadm init`: a second run sees admin.conf and does nothing."""
+    config = _docs(cluster_configuration(cluster), init_configuration(cluster, host),
+                   kubelet_configuration(cluster))
+    return dedent(
+        """\
+        #!/usr/bin/env bash
+        # kubeadm init on {host} — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        if [ -f /etc/kubernetes/admin.conf ]; then
+          echo "control plane already initialised on {host}; nothing to do"
+          exit 0
+        fi
+        install -d -m 0700 /etc/kubernetes /var/log/kubernetes
+        cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
+        {audit}AUDIT
+        if [ ! -f /etc/kubernetes/encryption-config.yaml ]; then
+          umask 077
+          ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64)"
+          cat > /etc/kubernetes/encryption-config.yaml <<ENC
+        {encryption}ENC
+        fi
+        cat > /etc/kubernetes/kubeadm-init.yaml <<'KUBEADM'
+        {config}KUBEADM
+        kubeadm init --config /etc/kubernetes/kubeadm-init.yaml --upload-certs --skip-token-print \\
+          --skip-certificate-key-print
+        """
+    ).format(host=host.hostname, audit=yaml.safe_dump(AUDIT_POLICY, sort_keys=False),
+             encryption=yaml.safe_dump(ENCRYPTION_CONFIG, sort_keys=False), config=config)
+
+
+def join_script(cluster: Cluster, node: GpuNode) -> str:
+    """Guarded `kubeadm join`: JOIN_TOKEN and CA_CERT_HASH arrive as secret environment."""
+    config = _docs(join_configuration(cluster, node))
+    return dedent(
+        """\
+        #!/usr/bin/env bash
+        # kubeadm join for {host} — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        if [ -f /etc/kubernetes/kubelet.conf ]; then
+          echo "{host} already joined; nothing to do"
+          exit 0
+        fi
+        : "${{JOIN_TOKEN:?JOIN_TOKEN must be set}}" "${{CA_CERT_HASH:?CA_CERT_HASH must be set}}"
+        umask 077
+        # The file holds the token: removed however the script ends, a failed join included.
+        trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
+        cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
+        {config}KUBEADM
+        kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
+        """
+    ).format(host=node.hostname, config=config)
+
+
+def drain_script(node: str) -> str:
+    """Run on the control plane before a worker leaves: cordon, drain, delete the Node."""
+    return dedent(
+        f"""\
+        #!/usr/bin/env bash
+        # Remove {node} from the cluster — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        export KUBECONFIG=/etc/kubernetes/admin.conf
+        # Only a NotFound answer means "not a member": an unreachable API server fails the
+        # script (set -e acts on the assignment), so the worker's reset, which waits for this
+        # drain, never runs on an undrained node.
+        member="$(kubectl get node {node} --ignore-not-found -o name)"
+        if [ -z "$member" ]; then
+          echo "{node} is not a cluster member; nothing to drain"
+          exit 0
+        fi
+        kubectl cordon {node}
+        kubectl drain {node} --ignore-daemonsets --delete-emptydir-data --timeout=30m
+        kubectl delete node {node}
+        """
+    )
+
+
+def leave_script(node: str) -> str:
+    """Run on the worker only after the drain succeeded (Pulumi deletes dependents first)."""
+    return dedent(
+        f"""\
+        #!/usr/bin/env bash
+        # {node} leaves the cluster — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        if [ ! -f /etc/kubernetes/kubelet.conf ]; then
+          echo "{node} is not joined; nothing to reset"
+          exit 0
+        fi
+        kubeadm reset --force --cleanup-tmp-dir
+        """
+    )
+
+
+TOKEN_COMMAND = (
+    "kubeadm token create --ttl {ttl}m --description 'gpu-cluster join of {host}' "
+    "--kubeconfig /etc/kubernetes/admin.conf"
+)
+CA_HASH_COMMAND = (
+    "openssl x509 -pubkey -in /etc/kubernetes/pki/ca.crt | openssl rsa -pubin -outform der "
+    "2>/dev/null | openssl dgst -sha256 -hex | sed 's/^.* /sha256:/'"
+)

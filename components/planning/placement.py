@@ -1,0 +1,54 @@
+"""The config model as the fabric planner's input (pure)."""
+
+from __future__ import annotations
+
+from components.config import Cluster
+from components.planning.fabric.model import (
+    FabricNode,
+    FabricPlan,
+    FabricSpec,
+    HcaPort,
+    Partition,
+    SmHost,
+)
+from components.planning.fabric.planner import plan_fabric
+
+
+def fabric_spec(cluster: Cluster) -> FabricSpec:
+    f = cluster.fabric
+    return FabricSpec(
+        switch_model=f.switch_model,
+        radix=f.radix,
+        link_gbps=cluster.gpu_nodes.template.link_gbps,
+        nodes_per_su=f.nodes_per_su,
+        rails_per_node=cluster.gpu_nodes.template.gpu.count,
+        rails_per_leaf=f.rails_per_leaf,
+        spines=f.spines,
+        default_switch_rack=f.switch_rack,
+        switch_guids=dict(f.switch_guids) | dict(cluster._inventory.switch_guids),
+        partitions=tuple(Partition(name=p.name, pkey=p.pkey, members=p.members, ipoib=p.ipoib)
+                         for p in f.partitions),
+    )
+
+
+def plan(cluster: Cluster) -> FabricPlan:
+    nodes = [
+        FabricNode(
+            hostname=n.hostname, su=n.su, slot=n.slot, rack=n.rack,
+            ports=tuple(HcaPort(rail=r.index, hca=r.hca, port_guid=r.port_guid)
+                        for r in n.rails),
+        )
+        for n in cluster.nodes
+    ]
+    hosts = {h.hostname: h for h in cluster.hosts}
+    sms = [
+        SmHost(hostname=sm.host, priority=sm.priority, rack=hosts[sm.host].rack,
+               port_guid=hosts[sm.host].fabric_port_guid)
+        for sm in cluster.fabric.subnet_managers
+    ]
+    return plan_fabric(nodes, sms, fabric_spec(cluster))
+
+
+def rail_leaves(fabric: FabricPlan) -> dict[str, dict[int, str]]:
+    """hostname -> rail -> leaf switch, for node labels."""
+    return {n.hostname: {r.rail: r.leaf for r in n.rails} for n in fabric.nodes}

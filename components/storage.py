@@ -1,0 +1,37 @@
+"""storage layer: Lustre volumes (static PVs and claims) for datasets, checkpoints, weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import LustreFilesystem
+from components.kube import apply
+
+
+@dataclass(frozen=True)
+class StorageArgs:
+    provider: k8s.Provider
+    volumes: list[tuple[LustreFilesystem, dict, dict]]
+    depends_on: list[pulumi.Resource]
+
+
+class Storage(pulumi.ComponentResource):
+    def __init__(self, name: str, args: StorageArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:storage:Storage", name, None, opts)
+        self.claims = {}
+        for fs, pv, pvc in args.volumes:
+            # Checkpoints are what a restart after a hardware failure resumes from: Pulumi
+            # refuses to delete them (protect) and Kubernetes keeps the data (Retain).
+            keep = pulumi.ResourceOptions(parent=self, provider=args.provider,
+                                          depends_on=args.depends_on,
+                                          protect=fs.purpose == "checkpoints",
+                                          retain_on_delete=True)
+            volume = apply(pv, keep)
+            self.claims[(pvc["metadata"]["namespace"], fs.name)] = apply(
+                pvc, pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(
+                    depends_on=[volume])))
+        self.register_outputs({})

@@ -1,0 +1,254 @@
+"""Scaling benchmark: offline previews of 8…1024 GPU nodes against the SDK floor.
+
+The floor is a child process that registers the same number of trivial ConfigMaps under the
+same mocks and monitor and does nothing else: what the Pulumi SDK alone costs. Every run is a
+fresh child process; its peak RSS comes from `os.wait4` (that child's own rusage). Timings are
+reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import ipaddress
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CLUSTER_KEY = "gpu-cluster:cluster"
+SU_SIZE = 32  # nodes per scalable unit (one range per SU)
+BENCH_STACK = "bench"
+OFFLINE_ROOT = Path(__file__).resolve().parent.parent  # makes `-m offline` importable
+
+
+# ---------------------------------------------------------------- config generator
+
+
+def _bump(ip: str, su_index: int) -> str:
+    """Give SU k its own /24: the start address moved by k × 256."""
+    return str(ipaddress.ip_address(ip) + su_index * 256)
+
+
+def sm_slots(cluster: dict[str, Any]) -> int:
+    """Switch ports the subnet-manager hosts need (one each)."""
+    return len((cluster.get("fabric") or {}).get("subnetManagers") or [])
+
+
+def scale_gpu_nodes(
+    stack_doc: dict[str, Any], slots: int, su_size: int = SU_SIZE, free_slots: int | None = None
+) -> dict[str, Any]:
+    """A copy of a `Pulumi.<stack>.yaml` document filling `slots` GPU node slots.
+
+    ceil(slots / su_size) ranges of up to su_size nodes, `su` 1..k, each SU with its own /24 of
+    management and BMC addresses; every other field of the first range is kept. When the last SU
+    is full, `free_slots` of it stay empty (default: one per subnet-manager host, the DGX
+    SuperPOD convention of 4 SUs = 127 nodes + UFM; a full fabric has no port left for them).
+    Keys that name individual nodes (`gpuNodes.overrides`, `inventoryFile`) are dropped so
+    per-node facts fall back to placeholders. Adjust here when the config schema changes.
+    """
+    doc = copy.deepcopy(stack_doc)
+    cluster = doc["config"][CLUSTER_KEY]
+    gpu = cluster["gpuNodes"]
+    if free_slots is None:
+        free_slots = sm_slots(cluster) if slots % su_size == 0 else 0
+    nodes = slots - free_slots
+    first = dict(gpu["ranges"][0])
+    start = int(first.get("start", 0))
+    digits = max(int(first.get("digits", 2)), len(str(start + nodes - 1)))
+    per_rack = int(first.get("nodesPerRack", 4))
+    ranges = []
+    for k in range(math.ceil(nodes / su_size)):
+        count = min(su_size, nodes - k * su_size)
+        r = dict(first)
+        r.update(start=start + k * su_size, count=count, su=k + 1)
+        if digits != 2 or "digits" in first:
+            r["digits"] = digits
+        for key in ("managementIpStart", "bmcAddressStart"):
+            if key in first:
+                r[key] = _bump(first[key], k)
+        if "racks" in first:
+            r["racks"] = [f"su{k + 1}-r{j + 1:02d}" for j in range(math.ceil(count / per_rack))]
+        if "firstSlot" in first:
+            r["firstSlot"] = 0
+        ranges.append(r)
+    gpu["ranges"] = ranges
+    gpu.pop("overrides", None)
+    cluster.pop("inventoryFile", None)
+    return doc
+
+
+# ---------------------------------------------------------------- child processes
+
+
+@dataclass
+class Sample:
+    seconds: float
+    cpu_seconds: float  # user + sys: steadier than wall time on a shared machine
+    max_rss_mib: float
+    returncode: int
+    output: str
+
+
+def run_child(cmd: list[str], cwd: Path) -> Sample:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(OFFLINE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    # wait4 reports this child's own peak RSS (KiB on Linux), not a running maximum.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Sample(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
+                  usage.ru_maxrss / 1024, proc.returncode, out)
+
+
+FLOOR_PROGRAM = """\
+import pulumi_kubernetes as k8s
+for i in range({count}):
+    k8s.core.v1.ConfigMap(f"cm-{{i:05d}}", data={{"k": "v"}})
+"""
+
+
+def synthetic_project(root: Path, count: int) -> Path:
+    """A project that registers `count` ConfigMaps: the floor program and the 4000-CM check."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "Pulumi.yaml").write_text("name: gpu-cluster\nruntime: python\n")
+    (root / f"Pulumi.{BENCH_STACK}.yaml").write_text("config: {}\n")
+    (root / "__main__.py").write_text(FLOOR_PROGRAM.format(count=count))
+    return root
+
+
+def floor_main(count: int) -> int:
+    """Child: register `count` ConfigMaps under the runner's mocks/monitor, nothing else."""
+    from .runtime import run_program
+    from .stackconfig import load_stack_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        project = synthetic_project(Path(tmp), count)
+        t0 = time.perf_counter()
+        result = run_program(project, load_stack_config(project, BENCH_STACK))
+        print(json.dumps({"registered": len(result.registrations),
+                          "seconds": time.perf_counter() - t0}))
+    return 0
+
+
+def _floor(count: int, cwd: Path) -> Sample:
+    return run_child([sys.executable, "-m", "offline", "floor", str(count)], cwd)
+
+
+def _preview(project: Path, stack: str) -> Sample:
+    return run_child([sys.executable, "-m", "offline", "preview", "--stack", stack,
+                      "--project-dir", str(project), "--quiet"], project)
+
+
+# ---------------------------------------------------------------- drivers
+
+
+SKIP = {"build", "rendered", ".git", "__pycache__", ".venv", "venv"}
+
+
+def _bench_project(src: Path, dst: Path, doc: dict[str, Any]) -> None:
+    dst.mkdir(parents=True)
+    for entry in src.iterdir():
+        if entry.name in SKIP or (entry.name.startswith("Pulumi.") and entry.name != "Pulumi.yaml"):
+            continue
+        (dst / entry.name).symlink_to(entry.resolve())
+    (dst / f"Pulumi.{BENCH_STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _resources(project: Path) -> int:
+    plan = json.loads((project / "build" / BENCH_STACK / "plan.json").read_text())
+    return int(plan["summary"]["total"])
+
+
+def _gpu_nodes(doc: dict[str, Any]) -> int:
+    return sum(int(r["count"]) for r in doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"])
+
+
+def bench_sizes(project: Path, stack: str, sizes: list[int],
+                generate: Callable[[dict[str, Any], int], dict[str, Any]] = scale_gpu_nodes
+                ) -> list[dict[str, Any]]:
+    base = yaml.safe_load((project / f"Pulumi.{stack}.yaml").read_text())
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="offline-bench-") as tmp:
+        for n in sizes:
+            dst = Path(tmp) / f"n{n}"
+            doc = generate(base, n)
+            _bench_project(project, dst, doc)
+            run = _preview(dst, BENCH_STACK)
+            if run.returncode not in (0, 3):  # 3 = mandatory violations: still a full run
+                print(f"{n} nodes: preview failed (exit {run.returncode}):\n{run.output[-3000:]}",
+                      file=sys.stderr)
+                continue
+            count = _resources(dst)
+            floor = _floor(count, Path(tmp))
+            rows.append(_row(n, count, run, floor) | {"gpu_nodes": _gpu_nodes(doc)})
+            print(f"  {n} nodes: {count} resources, {run.seconds:.1f}s "
+                  f"(floor {floor.seconds:.1f}s)", file=sys.stderr)
+    return rows
+
+
+def bench_synthetic(count: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="offline-bench-") as tmp:
+        project = synthetic_project(Path(tmp) / "synthetic", count)
+        run = _preview(project, BENCH_STACK)
+        if run.returncode != 0:
+            raise SystemExit(f"synthetic preview failed:\n{run.output[-3000:]}")
+        floor = _floor(count, Path(tmp))
+        return [_row("-", count, run, floor)]
+
+
+def _row(nodes: int | str, count: int, run: Sample, floor: Sample) -> dict[str, Any]:
+    return {"nodes": nodes, "resources": count, "seconds": run.seconds, "cpu": run.cpu_seconds,
+            "rss": run.max_rss_mib, "floor": floor.seconds, "floor_cpu": floor.cpu_seconds,
+            "floor_rss": floor.max_rss_mib}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| GPU nodes (slots) | resources | resources/node | preview s | floor s | time/floor "
+        "| preview CPU s | floor CPU s | CPU/floor | ms/resource | peak RSS MiB | floor RSS MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        real = r.get("gpu_nodes", r["nodes"])
+        per_node = f"{r['resources'] / real:.1f}" if isinstance(real, int) else "-"
+        label = f"{real} ({r['nodes']})" if real != r["nodes"] else str(real)
+        lines.append(
+            f"| {label} | {r['resources']} | {per_node} | {r['seconds']:.2f} "
+            f"| {r['floor']:.2f} | {r['seconds'] / r['floor']:.2f} "
+            f"| {r['cpu']:.2f} | {r['floor_cpu']:.2f} | {r['cpu'] / r['floor_cpu']:.2f} "
+            f"| {1000 * r['seconds'] / r['resources']:.2f} | {r['rss']:.0f} "
+            f"| {r['floor_rss']:.0f} |"
+        )
+    by_n = {r["nodes"]: r for r in rows}
+    if 128 in by_n and 1024 in by_n:
+        a, b = by_n[128], by_n[1024]
+        t, n = b["seconds"] / a["seconds"], b["resources"] / a["resources"]
+        c = b["cpu"] / a["cpu"]
+        lines.append("")
+        lines.append(f"time(1024)/time(128) = {t:.2f} (CPU {c:.2f}) for {n:.2f}x the resources "
+                     f"(scaling exponent {math.log(t) / math.log(n):.2f}; 1.00 = linear)")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.synthetic:
+        rows = bench_synthetic(args.synthetic)
+    else:
+        sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+        rows = bench_sizes(Path(args.project_dir).resolve(), args.stack, sizes)
+    print(table(rows))
+    return 0

@@ -1,0 +1,171 @@
+"""`python -m offline preview | check-rendered | bench` — see README for the workflow."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .diff import format_diff
+from .model import layer_order
+from .policy import LEVEL_ORDER
+from .preview import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_MANDATORY,
+    EXIT_OK,
+    ConfigFailure,
+    Rendering,
+    RunFailure,
+    diff_against_rendered,
+    render,
+    sync_tree,
+    write_tree,
+)
+
+
+def _print_summary(r: Rendering, quiet: bool) -> None:
+    s = r.plan.summary()
+    print(f"Stack {r.config.project}/{r.config.stack}: {s['total']} resources "
+          f"({s['custom']} custom, {s['total'] - s['custom']} components)")
+    if quiet:
+        return
+    print("By layer:")
+    for layer, n in sorted(s["byLayer"].items(), key=lambda kv: layer_order(kv[0])):
+        print(f"  {layer:<10} {n:>6}")
+    print("By type:")
+    width = max((len(t) for t in s["byType"]), default=0)
+    for type_, n in s["byType"].items():
+        print(f"  {type_:<{width}} {n:>6}")
+
+
+def _print_policies(r: Rendering, quiet: bool) -> None:
+    if not r.levels:
+        return
+    grouped: dict[str, list] = {lvl: [] for lvl in LEVEL_ORDER}
+    for v in r.violations:
+        grouped.setdefault(v.level, []).append(v)
+    disabled = sorted(n for n, lvl in r.levels.items() if lvl == "disabled")
+    counts = ", ".join(f"{len(grouped[k])} {k}" for k in ("mandatory", "advisory"))
+    print(f"Policy report ({len(r.levels)} policies, {counts} violations):")
+    for level in ("mandatory", "advisory"):
+        items = grouped.get(level, [])
+        if not items or (quiet and level != "mandatory"):
+            continue
+        print(f"  {level}:")
+        for v in items:
+            print(f"    [{v.policy}] {v.resource or '(stack)'}")
+            for line in v.message.splitlines():
+                print(f"        {line}")
+    print(f"  disabled: {', '.join(disabled) if disabled else 'none'}")
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    project = Path(args.project_dir).resolve()
+    try:
+        r = render(project, args.stack, Path(args.policy_config) if args.policy_config else None,
+                   timeout=args.timeout)
+    except ConfigFailure as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_CONFIG
+    except RunFailure as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    write_tree(project / "build" / args.stack, r.build)
+    diff, current = diff_against_rendered(project, args.stack, r)
+    label = f"rendered/{args.stack}"
+    if args.render:
+        n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
+        print(f"rendered/{args.stack}: {len(r.rendered)} files, {n} written or removed")
+    _print_summary(r, args.quiet)
+    for line in r.report:
+        print(line)
+    for w in r.warnings:
+        print(f"warning: {w}")
+    lines = format_diff(diff, label)
+    if args.render and not diff.empty:
+        lines[0] = f"(now rendered) {lines[0]}"
+    for line in lines[:1] if args.quiet else lines:
+        print(line)
+    _print_policies(r, args.quiet)
+    print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
+    if any(v.level == "mandatory" for v in r.violations):
+        print("mandatory policy violations: failing", file=sys.stderr)
+        return EXIT_MANDATORY
+    return EXIT_OK
+
+
+def cmd_check_rendered(args: argparse.Namespace) -> int:
+    project = Path(args.project_dir).resolve()
+    try:
+        r = render(project, args.stack, with_policies=False, timeout=args.timeout)
+    except ConfigFailure as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_CONFIG
+    except RunFailure as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    diff, _ = diff_against_rendered(project, args.stack, r)
+    if diff.empty:
+        print(f"rendered/{args.stack} is up to date ({len(r.rendered)} resources)")
+        return EXIT_OK
+    for line in format_diff(diff, f"rendered/{args.stack}"):
+        print(line)
+    print(f"rendered/{args.stack} is stale: run `make render` (STACK={args.stack}) and commit it")
+    return EXIT_ERROR
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args)
+
+
+def cmd_floor(args: argparse.Namespace) -> int:
+    from .bench import floor_main
+
+    return floor_main(args.count)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
+        p.add_argument("--project-dir", default=".", help="the Pulumi project (.)")
+        p.add_argument("--timeout", type=float, default=900.0,
+                       help="fail if the program has not finished after this many seconds")
+
+    p = sub.add_parser("preview", help="run the program offline, write build/<stack>/, diff")
+    common(p)
+    p.add_argument("--render", action="store_true",
+                   help="rewrite rendered/<stack>/ to match (removing files of gone resources)")
+    p.add_argument("--quiet", action="store_true", help="totals and mandatory violations only")
+    p.add_argument("--policy-config", help="JSON policy config (the `pulumi preview "
+                   "--policy-pack-config` format); default policies/policy-config.<stack>.json "
+                   "when it exists")
+    p.set_defaults(func=cmd_preview)
+
+    p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")
+    common(p)
+    p.set_defaults(func=cmd_check_rendered)
+
+    p = sub.add_parser("bench", help="time previews of 8…1024 GPU nodes against the SDK floor")
+    p.add_argument("--project-dir", default=".")
+    p.add_argument("--stack", default="prod", help="stack file to scale (prod)")
+    p.add_argument("--sizes", default="8,64,128,256,1024", help="GPU node counts")
+    p.add_argument("--synthetic", type=int, default=0, metavar="N",
+                   help="instead: a synthetic program registering N ConfigMaps vs the floor")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("floor", help=argparse.SUPPRESS)  # child process of `bench`
+    p.add_argument("count", type=int)
+    p.set_defaults(func=cmd_floor)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

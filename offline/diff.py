@@ -1,0 +1,345 @@
+"""Diff the committed rendering (`rendered/<stack>/`) against what the program renders now.
+
+Resources are matched by URN (stored in every file). Each one is classified like the engine
+would: create, delete, update (with the property paths that changed) or replace (a changed
+path forces replacement: see REPLACE_RULES, plus the resource's own `replaceOnChanges`).
+Secret values render as "[secret]" on both sides, so a change to a secret alone is not seen.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .model import LAYERS, PHYSICAL_LAYERS, STACK_LAYER, layer_order
+
+try:  # libyaml: parsing thousands of rendered files stays fast
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+PHYSICAL_HEADING = (
+    "Physical changes (hardware, cabling, switch or subnet-manager config — "
+    "needs a maintenance window)"
+)
+
+# ---------------------------------------------------------------- replacement table
+#
+# Property paths whose change makes the engine replace (delete + create) rather than update.
+# Kept deliberately small and conservative; a path matches when it is the rule's path, lies
+# under it, or is an ancestor of it (a whole object changed).
+#
+#   every kubernetes:* object      metadata.name, metadata.namespace (the object's identity)
+#   core/v1 PersistentVolume       spec.csi, .nfs, .hostPath, .local, .volumeMode, .nodeAffinity
+#                                  (volume source, mode and affinity are immutable)
+#   core/v1 PersistentVolumeClaim  spec.accessModes, .selector, .storageClassName, .volumeName,
+#                                  .volumeMode, .dataSource(Ref) (only requests may grow)
+#   apps/v1 Deployment, DaemonSet  spec.selector (immutable in apps/v1)
+#   apps/v1 StatefulSet            spec.selector, .serviceName, .volumeClaimTemplates,
+#                                  .podManagementPolicy
+#   batch/v1 Job                   spec.selector, .template, .completions
+#   core/v1 Service                spec.clusterIP, spec.clusterIPs (allocated once)
+#   storage.k8s.io/v1 StorageClass provisioner, parameters, reclaimPolicy, volumeBindingMode
+#   core/v1 ConfigMap, Secret      data, binaryData, stringData when `immutable: true`
+#   helm.sh Release                name, namespace (the release's identity)
+#   command:remote:Command         connection.host, connection.port (another machine), triggers
+#   command:remote:CopyToRemote    the same, and remotePath
+#   command:local:Command          triggers (pulumi-command also sets replaceOnChanges)
+#   any resource                   its replaceOnChanges option; a change of provider reference
+
+_K8S_IDENTITY = ("metadata.name", "metadata.namespace")
+REPLACE_RULES: dict[str, tuple[str, ...]] = {
+    "kubernetes:core/v1:PersistentVolume": (
+        "spec.csi", "spec.nfs", "spec.hostPath", "spec.local", "spec.volumeMode",
+        "spec.nodeAffinity",
+    ),
+    "kubernetes:core/v1:PersistentVolumeClaim": (
+        "spec.accessModes", "spec.selector", "spec.storageClassName", "spec.volumeName",
+        "spec.volumeMode", "spec.dataSource", "spec.dataSourceRef",
+    ),
+    "kubernetes:apps/v1:Deployment": ("spec.selector",),
+    "kubernetes:apps/v1:DaemonSet": ("spec.selector",),
+    "kubernetes:apps/v1:StatefulSet": (
+        "spec.selector", "spec.serviceName", "spec.volumeClaimTemplates",
+        "spec.podManagementPolicy",
+    ),
+    "kubernetes:batch/v1:Job": ("spec.selector", "spec.template", "spec.completions"),
+    "kubernetes:core/v1:Service": ("spec.clusterIP", "spec.clusterIPs"),
+    "kubernetes:storage.k8s.io/v1:StorageClass": (
+        "provisioner", "parameters", "reclaimPolicy", "volumeBindingMode",
+    ),
+    "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
+    "kubernetes:helm.sh/v4:Release": ("name", "namespace"),
+    "command:remote:Command": ("connection.host", "connection.port", "triggers"),
+    "command:remote:CopyToRemote": (
+        "connection.host", "connection.port", "triggers", "remotePath",
+    ),
+    "command:local:Command": ("triggers",),
+}
+
+
+def _immutable_data(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    if old.get("inputs", {}).get("immutable") is True:
+        return ("data", "binaryData", "stringData")
+    return ()
+
+
+# Rules that depend on the old value of the resource.
+DYNAMIC_RULES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[str, ...]]] = {
+    "kubernetes:core/v1:ConfigMap": _immutable_data,
+    "kubernetes:core/v1:Secret": _immutable_data,
+}
+
+
+def replace_paths_for(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    paths: list[str] = list(REPLACE_RULES.get(type_, ()))
+    if type_.startswith("kubernetes:") and not type_.startswith("kubernetes:helm.sh/"):
+        paths.extend(_K8S_IDENTITY)
+    dyn = DYNAMIC_RULES.get(type_)
+    if dyn is not None:
+        paths.extend(dyn(old, new))
+    for doc in (old, new):
+        paths.extend((doc.get("options") or {}).get("replaceOnChanges") or ())
+    return paths
+
+
+# ---------------------------------------------------------------- property paths
+
+_IDENT = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
+
+
+def _key(prefix: str, key: str) -> str:
+    if _IDENT.match(key):
+        return f"{prefix}.{key}" if prefix else key
+    return f'{prefix}["{key}"]'
+
+
+def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Leaf-most property paths where `old` and `new` differ (Pulumi's path syntax)."""
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new)):
+            if k not in old or k not in new:
+                out.append(_key(prefix, k))
+            else:
+                out.extend(changed_paths(old[k], new[k], _key(prefix, k)))
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        out = []
+        for i in range(max(len(old), len(new))):
+            if i >= len(old) or i >= len(new):
+                out.append(f"{prefix}[{i}]")
+            else:
+                out.extend(changed_paths(old[i], new[i], f"{prefix}[{i}]"))
+        return out
+    return [prefix or "(value)"]
+
+
+_SEG = re.compile(r'\.?([A-Za-z_$*][A-Za-z0-9_$-]*)|\["((?:[^"\\]|\\.)*)"\]|\[(\d+|\*)\]')
+
+
+def split_path(path: str) -> list[str]:
+    segs: list[str] = []
+    pos = 0
+    while pos < len(path):
+        m = _SEG.match(path, pos)
+        if m is None or m.end() == pos:
+            return [path]  # not a path we understand: compare as one opaque segment
+        segs.append(next(g for g in m.groups() if g is not None))
+        pos = m.end()
+    return segs
+
+
+def path_matches(changed: str, rule: str) -> bool:
+    """True when `changed` is `rule`, lies under it, or contains it; `*` matches one segment."""
+    if rule == "*":
+        return True
+    a, b = split_path(changed), split_path(rule)
+    n = min(len(a), len(b))
+    return all(x == y or y == "*" for x, y in zip(a[:n], b[:n], strict=True))
+
+
+# ---------------------------------------------------------------- classification
+
+
+@dataclass
+class Change:
+    action: str  # create | delete | update | replace
+    urn: str
+    type: str
+    name: str
+    layer: str
+    paths: list[str] = field(default_factory=list)
+    replace_because: list[str] = field(default_factory=list)
+
+    @property
+    def physical(self) -> bool:
+        return self.layer in PHYSICAL_LAYERS
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (not self.physical, layer_order(self.layer), self.urn)
+
+
+def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+             layer: str) -> Change | None:
+    doc = new if new is not None else old
+    assert doc is not None
+    urn, type_, name = doc["urn"], doc["type"], doc["name"]
+    if old is None:
+        return Change("create", urn, type_, name, layer)
+    if new is None:
+        return Change("delete", urn, type_, name, layer)
+    paths = changed_paths(old.get("inputs") or {}, new.get("inputs") or {})
+    opt_paths = changed_paths(old.get("options") or {}, new.get("options") or {}, "opts")
+    if old.get("parent") != new.get("parent"):
+        opt_paths.append("parent")
+    if not paths and not opt_paths:
+        return None
+    rules = replace_paths_for(type_, old, new)
+    because = sorted({p for p in paths for r in rules if path_matches(p, r)})
+    if any(p == "opts.provider" for p in opt_paths):
+        because.append("opts.provider")
+    action = "replace" if because else "update"
+    return Change(action, urn, type_, name, layer, paths + opt_paths, because)
+
+
+@dataclass
+class Diff:
+    changes: list[Change]
+    unreadable: list[str] = field(default_factory=list)
+    reformatted: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes and not self.unreadable and not self.reformatted
+
+    def counts(self) -> dict[str, int]:
+        out = {a: 0 for a in ("create", "update", "replace", "delete")}
+        for c in self.changes:
+            out[c.action] += 1
+        return out
+
+
+def _layer_from_path(rel: str) -> str:
+    first = rel.split("/", 1)[0]
+    return first if first in LAYERS or first == STACK_LAYER else STACK_LAYER
+
+
+def read_tree(root: Path) -> dict[str, str]:
+    if not root.is_dir():
+        return {}
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in root.rglob("*.yaml")
+        if p.is_file()
+    }
+
+
+def diff_trees(old_files: Mapping[str, str], new_files: Mapping[str, str],
+               new_docs_by_path: Mapping[str, dict[str, Any]] | None = None) -> Diff:
+    """Compare two {path: yaml text} trees; only old files whose text differs are parsed
+    (new ones too unless their documents are given)."""
+    unchanged = {p for p, t in new_files.items() if old_files.get(p) == t}
+    old_docs: dict[str, tuple[str, dict[str, Any]]] = {}
+    unreadable: list[str] = []
+    for path in sorted(set(old_files) - unchanged):
+        try:
+            doc = yaml.load(old_files[path], Loader=_Loader)
+        except yaml.YAMLError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("urn"), str):
+            unreadable.append(path)
+            continue
+        old_docs[doc["urn"]] = (path, doc)
+    new_docs: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted(set(new_files) - unchanged):
+        if new_docs_by_path is not None:
+            doc = new_docs_by_path[path]
+        else:
+            doc = yaml.load(new_files[path], Loader=_Loader)
+        new_docs[doc["urn"]] = (path, doc)
+    changes: list[Change] = []
+    reformatted: list[str] = []
+    for urn in sorted(set(old_docs) | set(new_docs)):
+        old = old_docs.get(urn)
+        new = new_docs.get(urn)
+        path = new[0] if new else old[0]  # type: ignore[index]
+        change = classify(old[1] if old else None, new[1] if new else None,
+                          _layer_from_path(path))
+        if change is not None:
+            changes.append(change)
+        elif old and new:
+            # Same resource, same content, different file text or place: only `--render`
+            # output would differ, which check-rendered must still catch.
+            reformatted.append(new[0] if old[0] == new[0] else f"{old[0]} -> {new[0]}")
+    changes.sort(key=Change.sort_key)
+    return Diff(changes, unreadable, reformatted)
+
+
+# ---------------------------------------------------------------- text
+
+
+_SYMBOL = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
+_ACTION_ORDER = {"replace": 0, "update": 1, "delete": 2, "create": 3}
+
+
+def _format(change: Change, limit: int) -> Iterable[str]:
+    yield f"  {_SYMBOL[change.action]:>2} {change.action:<7} {change.type}  {change.name}"
+    if change.action in ("create", "delete"):
+        return
+    yield f"             {change.urn}"
+    if change.replace_because:
+        yield f"             replaced because: {', '.join(change.replace_because)}"
+    shown = change.paths[:limit]
+    for p in shown:
+        yield f"             ~ {p}"
+    if len(change.paths) > len(shown):
+        yield f"             … and {len(change.paths) - len(shown)} more paths"
+
+
+def _format_group(changes: list[Change], limit: int, fold: int) -> Iterable[str]:
+    """Updates and replacements one by one; long runs of creates/deletes of a type folded."""
+    runs: dict[tuple[str, str], list[Change]] = {}
+    for ch in changes:
+        runs.setdefault((ch.action, ch.type), []).append(ch)
+    for (action, type_), items in sorted(
+        runs.items(), key=lambda kv: (_ACTION_ORDER[kv[0][0]], kv[0][1])
+    ):
+        if action in ("create", "delete") and len(items) > fold:
+            names = sorted(c.name for c in items)
+            yield (f"  {_SYMBOL[action]:>2} {action:<7} {type_}  × {len(items)} "
+                   f"({names[0]} … {names[-1]})")
+            continue
+        for ch in sorted(items, key=lambda c: c.name):
+            yield from _format(ch, limit)
+
+
+def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> list[str]:
+    if diff.empty:
+        return [f"no changes against {label}"]
+    c = diff.counts()
+    lines = [
+        f"Changes against {label}: {c['create']} to create, {c['update']} to update, "
+        f"{c['replace']} to replace, {c['delete']} to delete"
+    ]
+    physical = [ch for ch in diff.changes if ch.physical]
+    other = [ch for ch in diff.changes if not ch.physical]
+    if physical:
+        lines.append(PHYSICAL_HEADING + ":")
+        lines.extend(_format_group(physical, path_limit, fold))
+    if other:
+        lines.append("Other changes:")
+        lines.extend(_format_group(other, path_limit, fold))
+    for path in diff.unreadable:
+        lines.append(f"  ?? unreadable rendered file (no urn): {path}")
+    if diff.reformatted:
+        lines.append(f"{len(diff.reformatted)} files differ only in formatting or location, "
+                     f"e.g. {diff.reformatted[0]}")
+    return lines

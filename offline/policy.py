@@ -1,0 +1,290 @@
+"""Run the CrossGuard rules over the recorded resources the way the pulumi-policy analyzer does.
+
+Mirrors `pulumi_policy.policy._PolicyAnalyzerServicer` (1.21):
+* `Analyze`: per resource, per enabled ResourceValidationPolicy: props are the resource inputs
+  deserialised with `pulumi_policy.deserialize.deserialize_properties` (secrets unwrapped to
+  plaintext, floats as floats, camelCase keys) wrapped in `unknown_checking_proxy`, so reading
+  an unknown raises UnknownValueError, which becomes an advisory "can't run policy … during
+  preview" diagnostic; `validate` may be a list and may return awaitables; remediate-level
+  policies report as mandatory.
+* `AnalyzeStack`: one StackValidationArgs with a PolicyResource per resource, parent and
+  dependencies linked to the other PolicyResource objects.
+* Options: PolicyResourceOptions(protect, ignore_changes, delete_before_replace, aliases,
+  custom_timeouts, additional_secret_outputs, parent) — `opts.protect` IS visible to rules.
+* Levels: the pack's policy config (`{"all": level, "<name>": level | {"enforcementLevel": …,
+  <properties>}}`, the format of `pulumi preview --policy-pack-config`) over the rule's own
+  level over the pack default (advisory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyProviderResource,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.deserialize import deserialize_properties
+from pulumi_policy.policy import _NotApplicableError
+from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
+
+from .model import Plan, Resource
+
+LEVEL_ORDER = ("mandatory", "advisory", "disabled")
+PACK_NAME = "gpu-guardrails"
+RULES_MODULE = "gpu_guardrails"
+
+
+class PolicyLoadError(Exception):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class Violation:
+    level: str
+    policy: str
+    resource: str | None
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "level": self.level, "resource": self.resource,
+                "message": self.message}
+
+    def sort_key(self) -> tuple[int, str, str, str]:
+        return (LEVEL_ORDER.index(self.level) if self.level in LEVEL_ORDER else 9,
+                self.policy, self.resource or "", self.message)
+
+
+@dataclass
+class PolicyPackInfo:
+    policies: list[Any]
+    initial_config: dict[str, Any]
+    default_level: EnforcementLevel
+
+
+def load_pack(project_dir: Path) -> PolicyPackInfo | None:
+    """Import `policies/gpu_guardrails` (never `policies/__main__.py`: it blocks serving)."""
+    pdir = project_dir / "policies"
+    if not (pdir / RULES_MODULE / "__init__.py").is_file():
+        return None
+    if str(pdir) not in sys.path:
+        sys.path.insert(0, str(pdir))
+    try:
+        mod = importlib.import_module(RULES_MODULE)
+    except Exception as err:
+        raise PolicyLoadError(f"importing policies/{RULES_MODULE} failed: {err!r}") from err
+    policies = list(getattr(mod, "POLICIES", []))
+    names = [p.name for p in policies]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PolicyLoadError(f"duplicate policy names in {RULES_MODULE}.POLICIES: {dupes}")
+    return PolicyPackInfo(
+        policies,
+        dict(getattr(mod, "INITIAL_CONFIG", {}) or {}),
+        getattr(mod, "DEFAULT_ENFORCEMENT_LEVEL", EnforcementLevel.ADVISORY),
+    )
+
+
+def load_config_file(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise PolicyLoadError(f"policy config {path}: {err}") from None
+    if not isinstance(doc, dict):
+        raise PolicyLoadError(f"policy config {path}: must be a JSON object")
+    return doc
+
+
+def _level(value: Any) -> EnforcementLevel | None:
+    if isinstance(value, EnforcementLevel):
+        return value
+    if isinstance(value, str):
+        try:
+            return EnforcementLevel(value)
+        except ValueError:
+            raise PolicyLoadError(
+                f"unknown enforcement level {value!r} (advisory, mandatory, remediate, disabled)"
+            ) from None
+    return None
+
+
+def resolve(pack: PolicyPackInfo, config: Mapping[str, Any]
+            ) -> list[tuple[Any, EnforcementLevel, dict[str, Any]]]:
+    """(policy, effective level, policy properties) — user config over the pack's initial one."""
+    merged: dict[str, Any] = {**pack.initial_config, **config}
+    known = {p.name for p in pack.policies} | {"all"}
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        raise PolicyLoadError(f"policy config names unknown policies: {unknown}")
+    all_level = _level(merged.get("all"))
+    out = []
+    for policy in pack.policies:
+        entry = merged.get(policy.name)
+        props: dict[str, Any] = {}
+        level = None
+        if isinstance(entry, Mapping):
+            level = _level(entry.get("enforcementLevel"))
+            props = {k: v for k, v in entry.items() if k != "enforcementLevel"}
+        else:
+            level = _level(entry)
+        schema = getattr(policy, "config_schema", None)
+        if schema is not None and schema.properties:
+            for key, spec in schema.properties.items():
+                if key not in props and isinstance(spec, Mapping) and "default" in spec:
+                    props[key] = spec["default"]
+        eff = level or all_level or policy.enforcement_level or pack.default_level
+        out.append((policy, eff, props))
+    return out
+
+
+class LazyProps(Mapping[str, Any]):
+    """The analyzer's proxied props, built on first access: most rules filter on type first."""
+
+    __slots__ = ("_raw", "_proxy")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+        self._proxy: Any = None
+
+    def _get(self) -> Any:
+        if self._proxy is None:
+            self._proxy = unknown_checking_proxy(deserialize_properties(self._raw))
+        return self._proxy
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _options(res: Resource) -> PolicyResourceOptions:
+    r = res.reg
+    return PolicyResourceOptions(
+        r.protect, list(r.ignore_changes), r.delete_before_replace, list(r.aliases),
+        PolicyCustomTimeouts(0, 0, 0), list(r.additional_secret_outputs), r.parent,
+    )
+
+
+def _run(result: Any) -> None:
+    if inspect.isawaitable(result):
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(result)
+        finally:
+            loop.close()
+
+
+def _scrub(message: str, secrets: set[str]) -> str:
+    # Rules see plaintext secrets (as under the real analyzer); never let one reach a report.
+    for s in secrets:
+        if s in message:
+            message = message.replace(s, "[secret]")
+    return message
+
+
+def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
+                 extra_secrets: set[str] = frozenset()) -> list[Violation]:  # type: ignore[assignment]
+    resolved = resolve(pack, config)
+    secrets = set(plan.secret_strings) | set(extra_secrets)
+    found: list[Violation] = []
+    res_policies = [(p, lvl, props) for p, lvl, props in resolved
+                    if isinstance(p, ResourceValidationPolicy) and lvl != EnforcementLevel.DISABLED]
+    stack_policies = [(p, lvl, props) for p, lvl, props in resolved
+                      if isinstance(p, StackValidationPolicy) and lvl != EnforcementLevel.DISABLED]
+
+    def level_name(lvl: EnforcementLevel) -> str:
+        return "mandatory" if lvl == EnforcementLevel.REMEDIATE else lvl.value
+
+    def unknown_note(policy: Any, err: UnknownValueError, urn: str | None) -> Violation:
+        return Violation("advisory", policy.name, urn,
+                         f"can't run policy '{policy.name}' during preview: {err.message}")
+
+    providers: dict[str, PolicyProviderResource] = {}
+
+    def provider_of(res: Resource) -> PolicyProviderResource | None:
+        urn = res.reg.provider
+        if not urn or urn not in plan.by_urn:
+            return None
+        if urn not in providers:
+            p = plan.by_urn[urn]
+            providers[urn] = PolicyProviderResource(p.type, LazyProps(p.reg.inputs), urn, p.name)
+        return providers[urn]
+
+    if res_policies:
+        for res in plan.resources:
+            props = LazyProps(res.reg.inputs)
+            opts = _options(res)
+            prov = provider_of(res)
+            for policy, lvl, pconf in res_policies:
+                level = level_name(lvl)
+
+                def report(message: str, urn: str | None = None, *, _p: Any = policy,
+                           _l: str = level, _u: str = res.urn) -> None:
+                    # As in the analyzer, a resource rule's urn argument is ignored.
+                    found.append(Violation(_l, _p.name, _u, _scrub(message or _p.description,
+                                                                    secrets)))
+
+                args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, prov,
+                                              pconf, {})
+                try:
+                    _run(policy.validate(args, report))
+                except UnknownValueError as err:
+                    found.append(unknown_note(policy, err, res.urn))
+                except _NotApplicableError:
+                    pass
+
+    if stack_policies:
+        objs: dict[str, PolicyResource] = {}
+        for res in plan.resources:
+            objs[res.urn] = PolicyResource(res.type, LazyProps(res.reg.inputs), res.urn, res.name,
+                                           _options(res), provider_of(res), None, [], {})
+        for res in plan.resources:
+            obj = objs[res.urn]
+            obj.parent = objs.get(res.parent or "")
+            obj.dependencies = [objs[d] for d in res.reg.depends_on if d in objs]
+            obj.property_dependencies = {
+                k: [objs[d] for d in v if d in objs]
+                for k, v in res.reg.property_dependencies.items()
+            }
+        resources = list(objs.values())
+        for policy, lvl, pconf in stack_policies:
+            level = level_name(lvl)
+
+            def report_stack(message: str, urn: str | None = None, *, _p: Any = policy,
+                             _l: str = level) -> None:
+                found.append(Violation(_l, _p.name, urn or None,
+                                       _scrub(message or _p.description, secrets)))
+
+            try:
+                _run(policy.validate(StackValidationArgs(resources, pconf, {}), report_stack))
+            except UnknownValueError as err:
+                found.append(unknown_note(policy, err, None))
+            except _NotApplicableError:
+                pass
+
+    return sorted(set(found), key=Violation.sort_key)
+
+
+def policy_levels(pack: PolicyPackInfo, config: Mapping[str, Any]) -> dict[str, str]:
+    return {p.name: lvl.value for p, lvl, _ in resolve(pack, config)}

@@ -1,0 +1,212 @@
+"""Orchestration: run the program, render everything in memory, check, then write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .diff import Diff, diff_trees, read_tree
+from .model import Plan, build_plan
+from .policy import (
+    PolicyLoadError,
+    Violation,
+    load_config_file,
+    load_pack,
+    policy_levels,
+    run_policies,
+)
+from .render import (
+    ArtifactError,
+    check_artifacts,
+    helm_files,
+    manifest_files,
+    plan_json,
+    rendered_files,
+    to_json,
+)
+from .runtime import ProgramFailed, run_program
+from .stackconfig import StackConfig, StackFileError, load_stack_config
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY = 0, 1, 2, 3
+
+
+class ConfigFailure(Exception):
+    """The program rejected its configuration (components.config.ConfigError)."""
+
+
+class RunFailure(Exception):
+    """Anything else that stops a preview; the message is what to print."""
+
+
+def is_config_error(err: BaseException) -> bool:
+    # Matched by name and module rather than imported: the runner must not import the project
+    # before the program runs, and must work for a project that has no such class yet.
+    seen: BaseException | None = err
+    for _ in range(5):
+        if seen is None:
+            return False
+        for cls in type(seen).__mro__:
+            if cls.__name__ == "ConfigError" and cls.__module__ == "components.config":
+                return True
+        seen = seen.__cause__
+    return False
+
+
+@dataclass
+class Rendering:
+    config: StackConfig
+    plan: Plan
+    build: dict[str, str]  # relative path under build/<stack> → text
+    rendered: dict[str, str]  # relative path under rendered/<stack> → text
+    rendered_docs: dict[str, dict[str, Any]]  # the same, as documents
+    violations: list[Violation]
+    levels: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    # What the program itself wants a reviewer to read (`cluster.report`), e.g. the fabric BOM.
+    report: list[str] = field(default_factory=list)
+
+
+def _artifacts(program_globals: Mapping[str, Any], warnings: list[str]) -> dict[str, str]:
+    cluster = program_globals.get("cluster")
+    artifacts = getattr(cluster, "artifacts", None)
+    if cluster is None or artifacts is None:
+        warnings.append("the program defines no `cluster.artifacts`: no artifacts written")
+        return {}
+    if not isinstance(artifacts, Mapping):
+        raise RunFailure(f"cluster.artifacts must be a mapping, got {type(artifacts).__name__}")
+    try:
+        return check_artifacts(artifacts)
+    except ArtifactError as err:
+        raise RunFailure(str(err)) from None
+
+
+def _leak_check(cfg: StackConfig, trees: Mapping[str, Mapping[str, str]]) -> None:
+    """Fail if a secret config value reached any file in plain text."""
+    if not cfg.placeholders:
+        return
+    for root, files in trees.items():
+        for path, text in files.items():
+            for placeholder, key in cfg.placeholders.items():
+                if placeholder in text:
+                    raise RunFailure(
+                        f"the secret config value {key} appears in plain text in {root}/{path}. "
+                        "Fix: read it with Config.require_secret / get_secret and keep it an "
+                        "Output (never .get() it or unwrap it into a rendered file)."
+                    )
+
+
+def render(
+    project_dir: Path,
+    stack: str,
+    policy_config: Path | None = None,
+    with_policies: bool = True,
+    timeout: float | None = None,
+) -> Rendering:
+    t0 = time.perf_counter()
+    # run_program changes into the project directory: make every path absolute first.
+    project_dir = project_dir.resolve()
+    policy_config = policy_config.resolve() if policy_config else None
+    try:
+        cfg = load_stack_config(project_dir, stack)
+    except StackFileError as err:
+        raise RunFailure(str(err)) from None
+    try:
+        result = run_program(project_dir, cfg, timeout=timeout)
+    except ProgramFailed as failed:
+        if is_config_error(failed.error):
+            raise ConfigFailure(str(failed.error)) from None
+        tb = "".join(traceback.format_exception(failed.error))
+        raise RunFailure(f"the program failed:\n{tb}") from None
+    t1 = time.perf_counter()
+
+    warnings: list[str] = []
+    plan = build_plan(cfg.project, stack, result.registrations, str(project_dir))
+    artifacts = _artifacts(result.globals, warnings)
+    manifests, dupes = manifest_files(plan)
+    warnings.extend(dupes)
+    helm = helm_files(plan)
+    rendered, rendered_docs = rendered_files(plan)
+    t2 = time.perf_counter()
+
+    violations: list[Violation] = []
+    levels: dict[str, str] = {}
+    if with_policies:
+        try:
+            pack = load_pack(project_dir)
+            if pack is None:
+                warnings.append("no policies/gpu_guardrails package: policies not run")
+            else:
+                if policy_config is None:
+                    default = project_dir / "policies" / f"policy-config.{stack}.json"
+                    policy_config = default if default.is_file() else None
+                conf = load_config_file(policy_config)
+                violations = run_policies(plan, pack, conf, set(cfg.placeholders))
+                levels = policy_levels(pack, conf)
+        except PolicyLoadError as err:
+            raise RunFailure(str(err)) from None
+    t3 = time.perf_counter()
+
+    build: dict[str, str] = {"plan.json": plan_json(plan)}
+    build.update({f"manifests/{p}": t for p, t in manifests.items()})
+    build.update({f"helm/{p}": t for p, t in helm.items()})
+    build.update(artifacts)
+    if with_policies:
+        build["policy-report.json"] = to_json([v.as_dict() for v in violations])
+    _leak_check(cfg, {f"build/{stack}": build, f"rendered/{stack}": rendered})
+    timings = {"program": t1 - t0, "render": t2 - t1, "policies": t3 - t2}
+    report = [str(line) for line in getattr(result.globals.get("cluster"), "report", ())]
+    return Rendering(cfg, plan, build, rendered, rendered_docs, violations, levels, warnings,
+                     timings, report)
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> None:
+    """Replace `root` with exactly `files`: written beside it, then swapped in."""
+    tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    dirs = {os.path.dirname(p) for p in files}
+    for d in sorted(dirs):
+        (tmp / d).mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        target = tmp / path
+        target.write_text(text)
+        if path.endswith(".sh"):
+            target.chmod(0o755)
+    old = root.with_name(f".{root.name}.old-{os.getpid()}")
+    if root.exists():
+        root.rename(old)
+    tmp.rename(root)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def sync_tree(root: Path, files: Mapping[str, str], current: Mapping[str, str]) -> int:
+    """Make `root` hold exactly `files` touching only what differs; returns files touched."""
+    touched = 0
+    for path, text in files.items():
+        if current.get(path) != text:
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            touched += 1
+    for path in set(current) - set(files):
+        (root / path).unlink()
+        touched += 1
+    if root.is_dir():
+        for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+            if not any(d.iterdir()):
+                d.rmdir()
+    return touched
+
+
+def diff_against_rendered(project_dir: Path, stack: str, rendering: Rendering
+                          ) -> tuple[Diff, dict[str, str]]:
+    current = read_tree(project_dir / "rendered" / stack)
+    return diff_trees(current, rendering.rendered, rendering.rendered_docs), current

@@ -1,0 +1,265 @@
+"""Run the real `__main__.py` under Pulumi's mock runtime and record every registration.
+
+Waiting for registrations is done the way the SDK's own entry points do it
+(`pulumi.runtime.stack.run_in_stack` for the language host, `pulumi.runtime.test` for unit
+tests): the program runs inside `run_pulumi_func`, which afterwards awaits `wait_for_rpcs()` —
+every outstanding RPC in `SETTINGS.rpc_manager.rpcs` (each RegisterResource) and every pending
+Output task in `SETTINGS.outputs`, repeating until both are empty — and re-raises the first
+exception of the program, of an RPC or of an apply callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import struct_pb2
+from pulumi.runtime import mocks as _mocks
+from pulumi.runtime.proto import resource_pb2
+
+from .normalize import SECRET_SIG, SIG_KEY, is_secret, struct_to_py
+from .stackconfig import StackConfig
+
+
+@dataclass(slots=True)
+class Registration:
+    """One RegisterResource request, as the engine would receive it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]  # wire shape: camelCase keys, floats, secret markers, unknowns
+    protect: bool
+    retain_on_delete: bool
+    delete_before_replace: bool
+    depends_on: list[str]
+    property_dependencies: dict[str, list[str]]
+    additional_secret_outputs: list[str]
+    ignore_changes: list[str]
+    replace_on_changes: list[str]
+    provider: str | None
+    aliases: list[str] = field(default_factory=list)
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "protect": self.protect,
+            "retainOnDelete": self.retain_on_delete,
+            "deleteBeforeReplace": self.delete_before_replace,
+            "dependsOn": self.depends_on,
+            "additionalSecretOutputs": self.additional_secret_outputs,
+            "ignoreChanges": self.ignore_changes,
+            "replaceOnChanges": self.replace_on_changes,
+            "provider": self.provider,
+        }
+
+
+def _provider_urn(ref: str) -> str | None:
+    # A provider reference is "<urn>::<id>"; the id is a mock artefact, the URN is the identity.
+    if not ref:
+        return None
+    urn, sep, _ = ref.rpartition("::")
+    return urn if sep else ref
+
+
+class OfflineMocks(_mocks.Mocks):
+    """Ids are `<name>-id`; outputs are the inputs plus the outputs programs read in preview.
+
+    `args.inputs` is the wire-shaped dict (see normalize.py), not the SDK-deserialised one, so the
+    returned state can be put back on the wire without another serialisation pass.
+    """
+
+    # Outputs a preview would not know but programs use (e.g. a kubeconfig read from stdout).
+    EXTRA_OUTPUTS: dict[str, dict[str, Any]] = {
+        "command:remote:Command": {"stdout": "", "stderr": ""},
+        "command:local:Command": {"stdout": "", "stderr": ""},
+    }
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        extra = self.EXTRA_OUTPUTS.get(args.typ)
+        state = {**extra, **args.inputs} if extra else args.inputs
+        return f"{args.name}-id", state
+
+    def call(self, args: _mocks.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
+        # A plain dict: MockMonitor.Invoke reads a tuple's second item as a list of failures.
+        return {}
+
+
+class DefaultProviderDisabled(RuntimeError):
+    pass
+
+
+class RecordingMonitor(_mocks.MockMonitor):
+    """Captures every RegisterResource request (custom resources and components alike)."""
+
+    def __init__(self, mocks: _mocks.Mocks, disabled_default_providers: frozenset[str]) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self._disabled = disabled_default_providers
+        self._lock = threading.Lock()  # RPCs arrive on the SDK's executor threads
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        provider = _provider_urn(request.provider)
+        if (
+            request.custom
+            and provider is None
+            and not request.type.startswith("pulumi:providers:")
+            and self._disabled
+        ):
+            pkg = request.type.split(":", 1)[0]
+            if "*" in self._disabled or pkg in self._disabled:
+                # Same check and wording as the engine, which the mocks do not emulate.
+                raise DefaultProviderDisabled(
+                    f"Default provider for '{pkg}' disabled. '{urn}' must use an explicit provider."
+                )
+        inputs = struct_to_py(request.object)
+        reg = Registration(
+            urn=urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent or None,
+            custom=bool(request.custom),
+            inputs=inputs,
+            protect=bool(request.protect),
+            retain_on_delete=bool(request.retainOnDelete),
+            delete_before_replace=bool(request.deleteBeforeReplace),
+            depends_on=sorted(set(request.dependencies)),
+            property_dependencies={
+                k: sorted(v.urns) for k, v in request.propertyDependencies.items() if v.urns
+            },
+            additional_secret_outputs=sorted(request.additionalSecretOutputs),
+            ignore_changes=sorted(request.ignoreChanges),
+            replace_on_changes=sorted(request.replaceOnChanges),
+            provider=provider,
+            aliases=sorted(request.aliasURNs),
+        )
+        id_, state = self.mocks.new_resource(
+            _mocks.MockResourceArgs(
+                typ=request.type,
+                name=request.name,
+                inputs=inputs,
+                provider=request.provider,
+                resource_id=request.importId,
+                custom=reg.custom,
+            )
+        )
+        asos = request.additionalSecretOutputs
+        if asos:
+            # The engine marks these outputs secret; the mock runtime does not, so do it here.
+            state = dict(state)
+            for key in asos:
+                if key in state and not is_secret(state[key]):
+                    state[key] = {SIG_KEY: SECRET_SIG, "value": state[key]}
+        if state is inputs:
+            obj = request.object
+        else:
+            obj = struct_pb2.Struct()
+            obj.update(state)
+        with self._lock:
+            self.registrations.append(reg)
+            self.resources[urn] = _mocks.MockMonitor.ResourceRegistration(urn, id_, state)
+        return resource_pb2.RegisterResourceResponse(
+            urn=urn, id=id_ if reg.custom else "", object=obj
+        )
+
+
+class ProgramFailed(Exception):
+    """The program raised; `error` is the original exception."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass
+class RunResult:
+    registrations: list[Registration]
+    globals: dict[str, Any]
+
+
+def _disabled_providers(config: Mapping[str, str]) -> frozenset[str]:
+    raw = config.get("pulumi:disable-default-providers")
+    if not raw:
+        return frozenset()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = [raw]
+    return frozenset(str(v) for v in (value if isinstance(value, list) else [value]))
+
+
+def run_program(
+    project_dir: Path,
+    stack_config: StackConfig,
+    main: str = "__main__.py",
+    timeout: float | None = None,
+) -> RunResult:
+    """Run the project's program once in this process (the Pulumi runtime is process-global)."""
+    import pulumi
+    from pulumi.runtime.stack import run_pulumi_func
+
+    project_dir = project_dir.resolve()
+    os.chdir(project_dir)
+    if str(project_dir) not in sys.path:
+        sys.path.insert(0, str(project_dir))
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop_errors: list[BaseException] = []
+
+    def on_loop_error(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # An exception in a task nobody awaits would otherwise only be logged.
+        exc = context.get("exception")
+        loop_errors.append(exc if exc is not None else RuntimeError(context.get("message")))
+
+    loop.set_exception_handler(on_loop_error)
+
+    mocks = OfflineMocks()
+    monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config))
+    pulumi.runtime.set_mocks(
+        mocks,
+        project=stack_config.project,
+        stack=stack_config.stack,
+        preview=True,
+        monitor=monitor,
+    )
+    pulumi.runtime.set_all_config(stack_config.config, stack_config.secret_keys)
+
+    program_globals: dict[str, Any] = {}
+
+    def program() -> None:
+        program_globals.update(runpy.run_path(str(project_dir / main), run_name="__main__"))
+
+    coro = run_pulumi_func(program)
+    try:
+        loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout else coro)
+    except TimeoutError:
+        raise ProgramFailed(
+            TimeoutError(
+                f"the program did not finish within {timeout:g}s (an Output never resolved?)"
+            )
+        ) from None
+    except BaseException as err:  # noqa: BLE001 — classified by the caller
+        raise ProgramFailed(err) from err
+    finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+    if loop_errors:
+        raise ProgramFailed(loop_errors[0])
+    return RunResult(monitor.registrations, program_globals)

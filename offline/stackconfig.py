@@ -1,0 +1,98 @@
+"""Read `Pulumi.yaml` / `Pulumi.<stack>.yaml` into the config map the Pulumi CLI would pass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SECRET_PLACEHOLDER_PREFIX = "offline-secret-"
+
+
+class StackFileError(Exception):
+    """The stack file is missing or malformed (not the program's own config validation)."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    project: str
+    stack: str
+    config: dict[str, str]
+    secret_keys: list[str]
+    # placeholder text → config key, to prove no secret ever reaches a rendered file
+    placeholders: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def project_name(project_dir: Path) -> str:
+    path = project_dir / "Pulumi.yaml"
+    if not path.is_file():
+        raise StackFileError(f"{path} not found: --project-dir must point at the Pulumi project")
+    doc = yaml.safe_load(path.read_text()) or {}
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise StackFileError(f"{path}: `name` is missing")
+    return name
+
+
+def _encode(value: Any) -> str:
+    # The CLI passes every value as a string: objects and lists as JSON, booleans as
+    # "true"/"false" (what Config.get_bool parses), everything else as its text.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list, bool)) or value is None:
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: str) -> Any:
+    """Replace nested `{secure: …}` leaves; structured config may hide secrets inside objects."""
+    if _is_secure(value):
+        text = SECRET_PLACEHOLDER_PREFIX + label
+        placeholders[text] = key
+        return text
+    if isinstance(value, dict):
+        return {k: _replace_secure(v, f"{label}.{k}", placeholders, key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_secure(v, f"{label}[{i}]", placeholders, key) for i, v in enumerate(value)]
+    return value
+
+
+def build_config(project: str, stack: str, doc: dict[str, Any]) -> StackConfig:
+    raw = doc.get("config") or {}
+    if not isinstance(raw, dict):
+        raise StackFileError("`config:` must be a mapping")
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    placeholders: dict[str, str] = {}
+    for key in sorted(raw):
+        value = raw[key]
+        full = key if ":" in key else f"{project}:{key}"
+        bare = full.split(":", 1)[1]
+        before = len(placeholders)
+        value = _replace_secure(value, bare, placeholders, full)
+        if len(placeholders) != before:
+            secret_keys.append(full)
+        config[full] = _encode(value)
+    return StackConfig(project, stack, config, secret_keys, placeholders, raw)
+
+
+def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+    project = project_name(project_dir)
+    path = project_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise StackFileError(f"{path} not found (STACK={stack})")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise StackFileError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(doc, dict):
+        raise StackFileError(f"{path}: top level must be a mapping")
+    return build_config(project, stack, doc)

@@ -1,0 +1,203 @@
+"""The rules. Props are resource inputs as the engine sees them: camelCase keys, numbers as
+floats, secrets as plaintext, read-only mappings that raise on values unknown during preview."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    StackValidationArgs,
+)
+
+from .registry import get, is_list, is_map, resource_rule, stack_rule
+
+WORKLOAD_TYPES = (
+    "kubernetes:core/v1:Pod",
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:apps/v1:StatefulSet",
+    "kubernetes:apps/v1:DaemonSet",
+    "kubernetes:batch/v1:Job",
+    "kubernetes:kubeflow.org/v1:PyTorchJob",
+    "kubernetes:kubeflow.org/v1:MPIJob",
+)
+
+
+def pod_specs(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
+    """(path, pod spec) for every pod template a workload object carries."""
+    if type_ == "kubernetes:core/v1:Pod":
+        spec = get(props, "spec")
+        if is_map(spec):
+            yield "spec", spec
+        return
+    if type_.startswith("kubernetes:kubeflow.org/"):
+        for field in ("pytorchReplicaSpecs", "mpiReplicaSpecs"):
+            replicas = get(props, "spec", field)
+            if is_map(replicas):
+                for role in sorted(replicas):
+                    spec = get(replicas, role, "template", "spec")
+                    if is_map(spec):
+                        yield f"spec.{field}.{role}.template.spec", spec
+        return
+    spec = get(props, "spec", "template", "spec")
+    if is_map(spec):
+        yield "spec.template.spec", spec
+
+
+def containers(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
+    for path, spec in pod_specs(type_, props):
+        for field in ("initContainers", "containers"):
+            items = get(spec, field)
+            if is_list(items):
+                for i, c in enumerate(items):
+                    if is_map(c):
+                        yield f"{path}.{field}[{i}]", c
+
+
+def _image_unpinned(image: str) -> str | None:
+    if "@sha256:" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "has no tag (defaults to :latest)"
+    if last.rsplit(":", 1)[1] == "latest":
+        return "uses :latest"
+    return None
+
+
+@resource_rule(
+    "no-latest-image",
+    "Container images are pinned to a tag or digest, never :latest or untagged",
+    EnforcementLevel.MANDATORY,
+    WORKLOAD_TYPES,
+)
+def no_latest_image(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """A moving tag makes a 1000-GPU job restart onto a different image after a node failure,
+    so a resumed run silently mixes library versions; the preview diff also cannot show it."""
+    for path, c in containers(args.resource_type, args.props):
+        image = get(c, "image")
+        if not isinstance(image, str) or not image:
+            report(f"{path}.image is not set")
+            continue
+        problem = _image_unpinned(image)
+        if problem:
+            report(f"{path}.image {image!r} {problem}; pin a version tag or a digest")
+
+
+_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+
+
+@resource_rule(
+    "helm-chart-pinned",
+    "Helm releases pin an exact chart version (no range, no latest)",
+    EnforcementLevel.MANDATORY,
+    ("kubernetes:helm.sh/*:Release",),
+)
+def helm_chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Without an exact version, `helm` resolves the newest chart at apply time: GPU Operator and
+    Network Operator versions are only supported in specific pairs (RDMA breaks otherwise)."""
+    version = get(args.props, "version")
+    chart = get(args.props, "chart")
+    if not isinstance(version, str) or not version:
+        report(f"chart {chart!r} has no version; set an exact one like v26.3.2")
+    elif not _EXACT_VERSION.match(version):
+        report(f"chart {chart!r} version {version!r} is a range or tag; set an exact version")
+
+
+def _name(args_or_res: Any) -> str:
+    meta_name = get(args_or_res.props, "metadata", "name")
+    return meta_name if isinstance(meta_name, str) else args_or_res.name
+
+
+@resource_rule(
+    "checkpoint-volume-retained",
+    "PersistentVolumes holding checkpoints use reclaim policy Retain",
+    EnforcementLevel.MANDATORY,
+    ("kubernetes:core/v1:PersistentVolume",),
+)
+def checkpoint_volume_retained(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Checkpoints are what a multi-week run restarts from after the (frequent) hardware
+    failures; a Delete/Recycle policy would erase them when the claim goes away."""
+    if "checkpoint" not in _name(args):
+        return
+    policy = get(args.props, "spec", "persistentVolumeReclaimPolicy")
+    if policy != "Retain":
+        report(f"spec.persistentVolumeReclaimPolicy is {policy!r}; set 'Retain'")
+
+
+@stack_rule(
+    "checkpoint-volume-protected",
+    "Checkpoint volumes and the claims bound to them are Pulumi-protected",
+    EnforcementLevel.MANDATORY,
+)
+def checkpoint_volume_protected(args: StackValidationArgs, report: ReportViolation) -> None:
+    """`protect` makes `pulumi destroy` or a replacement refuse to delete them. A stack rule
+    because a claim is a checkpoint claim also when it only binds a checkpoint PV by
+    `spec.volumeName`. `opts.protect` is what pulumi-policy exposes (PolicyResourceOptions) for
+    resource and stack rules alike."""
+    pvs = {}
+    for r in args.resources:
+        if r.resource_type == "kubernetes:core/v1:PersistentVolume":
+            pvs[_name(r)] = r
+    for r in args.resources:
+        if r.resource_type == "kubernetes:core/v1:PersistentVolume":
+            hit = "checkpoint" in _name(r)
+        elif r.resource_type == "kubernetes:core/v1:PersistentVolumeClaim":
+            bound = get(r.props, "spec", "volumeName")
+            hit = "checkpoint" in _name(r) or (
+                isinstance(bound, str) and bound in pvs and "checkpoint" in bound)
+        else:
+            continue
+        if hit and not r.opts.protect:
+            report(f"{r.resource_type.rsplit(':', 1)[1]} {_name(r)!r} is not protected; "
+                   "set ResourceOptions(protect=True)", r.urn)
+
+
+@resource_rule(
+    "ssh-host-key-pinned",
+    "Every remote command pins the host's SSH key (connection.hostKey)",
+    EnforcementLevel.MANDATORY,
+    ("command:remote:*",),
+)
+def ssh_host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Without a host key pulumi-command accepts any key, so a re-imaged or spoofed host on the
+    management network would receive the kubeadm join token and the cluster's private key."""
+    conn = get(args.props, "connection")
+    key = get(conn, "hostKey")
+    if not isinstance(key, str) or not key.strip():
+        host = get(conn, "host")
+        report(f"connection to {host!r} has no hostKey; add it from the inventory "
+               "(ssh-keyscan)")
+
+
+def _qty(value: Any) -> Any:
+    # Numbers arrive as floats: 8 and 8.0 and "8" are the same quantity.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+@resource_rule(
+    "gpu-requests-equal-limits",
+    "Containers asking for nvidia.com/gpu set limits, and requests equal to them",
+    EnforcementLevel.MANDATORY,
+    WORKLOAD_TYPES,
+)
+def gpu_requests_equal_limits(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """GPUs are an extended resource: Kubernetes rejects requests that differ from limits, and a
+    request without a limit is not scheduled onto a GPU at all — found only at apply time."""
+    for path, c in containers(args.resource_type, args.props):
+        req = _qty(get(c, "resources", "requests", "nvidia.com/gpu"))
+        lim = _qty(get(c, "resources", "limits", "nvidia.com/gpu"))
+        if req is None and lim is None:
+            continue
+        if lim is None:
+            report(f"{path} requests nvidia.com/gpu={req} without a limit")
+        elif req is not None and req != lim:
+            report(f"{path} nvidia.com/gpu request {req} differs from limit {lim}")

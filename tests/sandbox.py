@@ -1,0 +1,646 @@
+"""Run rendered host scripts for real, in a throw-away root, against recording stub binaries.
+
+Isolation (bubblewrap): the sandbox's `/` is a temporary directory; only /usr is bound from this
+machine, read-only. /proc/cmdline is a fake file, /sys is a fake tree (InfiniBand devices with
+`device` links to fake PCI functions), /dev is bubblewrap's minimal devtmpfs with /dev/md bound
+from the sandbox root so arrays "survive" between runs. Every namespace is unshared (no
+network) and every capability is dropped, so even a real binary reached by absolute path can
+neither mount, load a module nor touch this machine's /etc.
+
+Stubs: every command with side effects (kubeadm, systemctl, mdadm, mkfs.xfs, apt-get, ...) is a
+small generated bash script in /stub/bin, first on PATH. Each appends its argv to a call log
+and keeps just enough state in /stub/state (or in the sandbox's own /etc) for a second run to
+see what the first run did: `kubeadm init` writes admin.conf, `apt-get install` makes `dpkg -s`
+succeed, `mdadm --create` leaves superblocks that `mdadm --examine` reports, and so on.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STUB_BIN = "/stub/bin"
+STUB_STATE = "/stub/state"
+SANDBOX_PATH = f"{STUB_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Credentials the kubeadm stub prints when a script lets it (the real one prints them too).
+STUB_CERT_KEY = "9f3c1a7e5b2d4c6a8e0f1b3d5c7a9e2f4b6d8c0a1e3f5b7d9c2a4e6f8b0d1c3e"
+STUB_INIT_TOKEN = "stubin.itt0kenprinted0"
+FSTAB = "UUID=0f1e2d3c / ext4 errors=remount-ro 0 1\n/swap.img none swap sw 0 0\n"
+CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=0f1e2d3c ro quiet\n"
+
+PRELUDE = r"""#!/bin/bash
+# Test stub: records its argv, then simulates just enough state.
+set -u
+S=/stub/state
+me=${0##*/}
+{ printf '%s' "$me"; for a in "$@"; do printf '\t%s' "$a"; done; printf '\n'; } >> "$S/calls.log"
+if [ -e "$S/fail/$me" ] || [ -e "$S/fail/$me ${1-}" ]; then
+  rm -f "$S/fail/$me" "$S/fail/$me ${1-}"
+  echo "$me: simulated failure" >&2; exit 1
+fi
+esc() { printf '%s' "${1//\//_}"; }
+"""
+
+STUBS: dict[str, str] = {
+    "curl": r"""
+printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nstub\n-----END PGP PUBLIC KEY BLOCK-----\n'
+""",
+    "gpg": r"""
+out=
+while [ $# -gt 0 ]; do
+  case "$1" in -o|--output) out=$2; shift ;; esac
+  shift
+done
+cat > "${out:-/dev/null}"
+""",
+    "apt-get": r"""
+[ "${1-}" = install ] || exit 0
+shift
+allow_held=0
+for a in "$@"; do [ "$a" = --allow-change-held-packages ] && allow_held=1; done
+for a in "$@"; do
+  case "$a" in -*) continue ;; esac
+  name=${a%%=*}; version=${a#*=}; [ "$version" = "$a" ] && version=1.0-stub
+  if [ -e "$S/held/$name" ] && [ "$allow_held" = 0 ]; then
+    echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2
+    exit 100
+  fi
+  printf '%s\n' "$version" > "$S/pkgs/$name"
+  case "$name" in kubelet) mkdir -p /etc/kubernetes/manifests ;; esac
+done
+""",
+    "apt-mark": r"""
+[ "${1-}" = hold ] || exit 0
+shift
+for p in "$@"; do touch "$S/held/$p"; done
+""",
+    "dpkg": r"""
+case "${1-}" in
+  -s|--status)
+    if [ -e "$S/pkgs/${2-}" ]; then
+      printf 'Package: %s\nStatus: install ok installed\nVersion: %s\n' "$2" "$(cat "$S/pkgs/$2")"
+      exit 0
+    fi
+    echo "dpkg-query: package '${2-}' is not installed and no information is available" >&2
+    exit 1 ;;
+esac
+""",
+    "dpkg-query": r"""
+fmt='${Package}\n'; pkg=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -f|--showformat) fmt=$2; shift ;;
+    -f=*|--showformat=*) fmt=${1#*=} ;;
+    -*) ;;
+    *) pkg=$1 ;;
+  esac
+  shift
+done
+if [ -z "$pkg" ] || [ ! -e "$S/pkgs/$pkg" ]; then
+  echo "dpkg-query: no packages found matching $pkg" >&2; exit 1
+fi
+out=${fmt//'${Version}'/$(cat "$S/pkgs/$pkg")}
+printf '%b' "${out//'${Package}'/$pkg}"
+""",
+    "systemctl": r"""
+verb='' unit='' now=0 quiet=0
+for a in "$@"; do
+  case "$a" in
+    --now) now=1 ;;
+    --quiet|-q) quiet=1 ;;
+    -*) ;;
+    *) if [ -z "$verb" ]; then verb=$a; elif [ -z "$unit" ]; then unit=${a%.service}; fi ;;
+  esac
+done
+case "$unit" in
+  containerd) pkgs="containerd containerd.io" ;;
+  *) pkgs=$unit ;;
+esac
+exists=0
+for p in $pkgs; do [ -e "$S/pkgs/$p" ] && exists=1; done
+case "$verb" in
+  daemon-reload) exit 0 ;;
+  is-enabled|is-active)
+    flag=enabled; [ "$verb" = is-active ] && flag=active
+    if [ -e "$S/units/$unit.$flag" ]; then [ "$quiet" = 1 ] || echo "$flag"; exit 0; fi
+    [ "$quiet" = 1 ] || echo "not-$flag"; exit 1 ;;
+esac
+if [ "$exists" = 0 ]; then
+  echo "Failed to $verb $unit.service: Unit $unit.service not found." >&2; exit 5
+fi
+case "$verb" in
+  enable) touch "$S/units/$unit.enabled"; [ "$now" = 1 ] && touch "$S/units/$unit.active" ;;
+  disable) rm -f "$S/units/$unit.enabled" ;;
+  start|restart|reload) touch "$S/units/$unit.active" ;;
+  stop) rm -f "$S/units/$unit.active" ;;
+esac
+exit 0
+""",
+    "modprobe": r"""
+for m in "$@"; do case "$m" in -*) ;; *) touch "$S/modules/${m//-/_}" ;; esac; done
+""",
+    "lsmod": r"""
+echo "Module                  Size  Used by"
+for m in "$S"/modules/*; do [ -e "$m" ] && printf '%-24s %7d  0\n' "${m##*/}" 16384; done
+exit 0
+""",
+    "sysctl": "",
+    "swapon": r"""
+case "${1-}" in
+  --show*|-s) [ -e "$S/swap" ] && echo /swap.img; exit 0 ;;
+esac
+touch "$S/swap"
+""",
+    "swapoff": r"""
+rm -f "$S/swap"
+""",
+    "containerd": r"""
+if [ "${1-}" = config ] && [ "${2-}" = default ]; then
+  printf '%s\n' 'version = 2' \
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]' \
+    '  SystemdCgroup = false'
+fi
+""",
+    "mdadm": r"""
+mode=${1-}; shift || true
+case "$mode" in
+  --examine|-E)
+    rc=0
+    for d in "$@"; do
+      sleep 0.02  # reading a superblock is disk I/O; output arrives device by device
+      if [ -e "$S/disks/$(esc "$d")" ]; then
+        printf '%s:\n          Magic : a92b4efc\n     Array UUID : %s\n     Raid Level : raid0\n' \
+          "$d" "$(cat "$S/disks/$(esc "$d")")"
+      else
+        echo "mdadm: No md superblock detected on $d." >&2; rc=1
+      fi
+    done
+    exit "$rc" ;;
+  --create|-C)
+    md=$1; shift; devs=()
+    for a in "$@"; do case "$a" in -*) ;; *) devs+=("$a") ;; esac; done
+    for d in "${devs[@]}"; do echo 3b4e2c1a:7d9f0e6b:5a8c3d2e > "$S/disks/$(esc "$d")"; done
+    mkdir -p "${md%/*}"; : > "$md"
+    echo "mdadm: array $md started." >&2 ;;
+  --assemble|-A)
+    md=$1; shift
+    for d in "$@"; do
+      [ -e "$S/disks/$(esc "$d")" ] || { echo "mdadm: no RAID superblock on $d" >&2; exit 1; }
+    done
+    mkdir -p "${md%/*}"; : > "$md"
+    echo "mdadm: $md has been started with $# drives." >&2 ;;
+esac
+exit 0
+""",
+    "mkfs.xfs": r"""
+dev=${*: -1}; force=0
+for a in "$@"; do [ "$a" = -f ] && force=1; done
+[ -e "$dev" ] || { echo "mkfs.xfs: cannot open $dev: No such file or directory" >&2; exit 1; }
+if [ -e "$S/fs/$(esc "$dev")" ] && [ "$force" = 0 ]; then
+  echo "mkfs.xfs: $dev appears to contain an existing filesystem." >&2
+  exit 1
+fi
+echo xfs > "$S/fs/$(esc "$dev")"
+""",
+    "mkfs.ext4": r"""
+dev=${*: -1}
+[ -e "$dev" ] || { echo "mke2fs: No such file or directory: $dev" >&2; exit 1; }
+echo ext4 > "$S/fs/$(esc "$dev")"
+""",
+    "blkid": r"""
+dev=${*: -1}
+[ -e "$dev" ] && [ -e "$S/fs/$(esc "$dev")" ] || exit 2
+case "$*" in
+  *"-s TYPE"*) cat "$S/fs/$(esc "$dev")" ;;
+  *) printf '%s: TYPE="%s"\n' "$dev" "$(cat "$S/fs/$(esc "$dev")")" ;;
+esac
+""",
+    "mount": r"""
+[ $# -eq 1 ] || { echo "mount: stub mounts only by fstab mount point" >&2; exit 1; }
+mp=$1
+line=$(awk -v mp="$mp" '$1 !~ /^#/ && $2 == mp' /etc/fstab)
+[ -n "$line" ] || { echo "mount: $mp: can't find in /etc/fstab." >&2; exit 1; }
+dev=${line%%[[:space:]]*}
+[ -e "$dev" ] || { echo "mount: $mp: special device $dev does not exist." >&2; exit 32; }
+[ -e "$S/fs/$(esc "$dev")" ] || { echo "mount: $mp: wrong fs type on $dev." >&2; exit 32; }
+[ -d "$mp" ] || { echo "mount: $mp: mount point does not exist." >&2; exit 32; }
+echo "$dev" > "$S/mounts/$(esc "$mp")"
+""",
+    "umount": r"""
+rm -f "$S/mounts/$(esc "${*: -1}")"
+""",
+    "mountpoint": r"""
+[ -e "$S/mounts/$(esc "${*: -1}")" ]
+""",
+    "kubeadm": r"""
+sub=${1-}; shift || true
+cfg='' skip_token=0 skip_key=0 upload=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) cfg=$2; shift ;;
+    --config=*) cfg=${1#*=} ;;
+    --skip-token-print) skip_token=1 ;;
+    --skip-certificate-key-print) skip_key=1 ;;
+    --upload-certs) upload=1 ;;
+  esac
+  shift
+done
+K=/etc/kubernetes
+case "$sub" in
+  init)
+    [ -n "$cfg" ] && [ -f "$cfg" ] || { echo "kubeadm: config file $cfg not found" >&2; exit 1; }
+    grep -q '^kind: InitConfiguration' "$cfg" \
+      || { echo "kubeadm: no InitConfiguration in $cfg" >&2; exit 1; }
+    if [ -e "$K/manifests/kube-apiserver.yaml" ] || [ -e "$K/admin.conf" ]; then
+      echo "[ERROR FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml]: already exists" >&2
+      exit 1
+    fi
+    mkdir -p "$K/manifests" "$K/pki"
+    for f in manifests/kube-apiserver.yaml pki/ca.crt admin.conf kubelet.conf; do
+      echo "# stub" > "$K/$f"
+    done
+    echo "Your Kubernetes control-plane has initialized successfully!"
+    if [ "$upload" = 1 ] && [ "$skip_key" = 0 ]; then
+      echo "[upload-certs] Using certificate key:"; echo "__CERT_KEY__"
+    fi
+    if [ "$skip_token" = 0 ]; then
+      echo "kubeadm join 10.0.0.1:6443 --token __INIT_TOKEN__ --discovery-token-ca-cert-hash x"
+    fi ;;
+  join)
+    [ -n "$cfg" ] && [ -f "$cfg" ] || { echo "kubeadm: config file $cfg not found" >&2; exit 1; }
+    stat -c %a "$cfg" > "$S/join-config-mode"
+    grep -Eq '^    token: [a-z0-9]{6}\.[a-z0-9]{16}$' "$cfg" \
+      || { echo "kubeadm: invalid bootstrap token in $cfg" >&2; exit 1; }
+    grep -Eq '^    - sha256:[0-9a-f]{64}$' "$cfg" \
+      || { echo "kubeadm: invalid CA certificate hash in $cfg" >&2; exit 1; }
+    if [ -e "$K/kubelet.conf" ]; then
+      echo "[ERROR FileAvailable--etc-kubernetes-kubelet.conf]: $K/kubelet.conf already exists" >&2
+      exit 1
+    fi
+    mkdir -p "$K/pki"; echo "# stub" > "$K/kubelet.conf"; echo "# stub" > "$K/pki/ca.crt"
+    echo "This node has joined the cluster." ;;
+  reset)
+    rm -rf "$K/admin.conf" "$K/kubelet.conf" "$K/manifests" "$K/pki"
+    echo "[reset] Deleted contents of the etcd data directory" ;;
+esac
+exit 0
+""",
+    "kubectl": r"""
+kc=${KUBECONFIG:-}; args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kubeconfig) kc=$2; shift ;;
+    --kubeconfig=*) kc=${1#*=} ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+if [ -z "$kc" ] || [ ! -f "$kc" ] || [ -e "$S/api-down" ]; then
+  echo "The connection to the server 10.10.0.10:6443 was refused" >&2
+  exit 1
+fi
+set -- "${args[@]}"
+N=$S/cluster/nodes
+verb=$1; shift
+case "$verb" in
+  get)
+    [ "$1" = node ] || [ "$1" = nodes ] || exit 0
+    name=$2 ignore=0 out=''
+    for a in "$@"; do
+      case "$a" in
+        --ignore-not-found|--ignore-not-found=true) ignore=1 ;;
+        -oname|--output=name) out=name ;;
+      esac
+    done
+    prev=
+    for a in "$@"; do [ "$prev" = -o ] && [ "$a" = name ] && out=name; prev=$a; done
+    if [ -e "$N/$name" ]; then
+      if [ "$out" = name ]; then echo "node/$name"; else echo "$name Ready"; fi
+      exit 0
+    fi
+    [ "$ignore" = 1 ] && exit 0
+    echo "Error from server (NotFound): nodes \"$name\" not found" >&2; exit 1 ;;
+  cordon|uncordon|drain)
+    [ -e "$N/$1" ] || { echo "Error from server (NotFound): nodes \"$1\" not found" >&2; exit 1; }
+    echo "$verb" >> "$N/$1"; echo "node/$1 ${verb}ed" ;;
+  delete)
+    [ -e "$N/$2" ] || { echo "Error from server (NotFound): nodes \"$2\" not found" >&2; exit 1; }
+    rm -f "$N/$2"; echo "node \"$2\" deleted" ;;
+esac
+exit 0
+""",
+    "update-grub": r"""
+touch "$S/grub-updated"
+""",
+    # Record-only: present so nothing reaches a real binary.
+    "update-initramfs": "",
+    "opensm": "",
+    "openssl": "",
+    "ip": "",
+    "hostnamectl": "",
+    "udevadm": "",
+    "reboot": "",
+    "shutdown": "",
+    "wipefs": "",
+    "lnetctl": "",
+    "wget": "",
+}
+
+# Calls that only read state; every other stubbed call changes the host.
+READ_ONLY = {"dpkg-query", "lsmod", "mountpoint", "blkid", "openssl"}
+READ_ONLY_VERBS = {
+    "systemctl": {"is-enabled", "is-active", "status", "show", "cat"},
+    "dpkg": {"-s", "--status", "-l", "-L"},
+    "mdadm": {"--examine", "-E", "--detail", "-D"},
+    "kubectl": {"get", "wait", "version"},
+    "kubeadm": {"version"},
+    "containerd": {"config"},
+    "swapon": {"--show", "-s"},
+}
+
+Call = tuple[str, ...]
+
+
+def _verb(call: Call) -> str:
+    args = list(call[1:])
+    while args and args[0].startswith("-") and call[0] in ("systemctl", "kubectl"):
+        opt = args.pop(0)
+        if opt == "--kubeconfig" and args:
+            args.pop(0)
+    return args[0].split("=")[0] if args else ""
+
+
+def changes_state(call: Call) -> bool:
+    if call[0] in READ_ONLY:
+        return False
+    return _verb(call) not in READ_ONLY_VERBS.get(call[0], set())
+
+
+@dataclass
+class Run:
+    """One script run: exit status, output and the stub calls it made, in order."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    calls: list[Call]
+
+    def count(self, *prefix: str) -> int:
+        """Calls whose argv starts with `prefix` (`count("kubeadm", "init")`)."""
+        return sum(1 for c in self.calls if c[: len(prefix)] == prefix)
+
+    def find(self, *prefix: str) -> list[Call]:
+        return [c for c in self.calls if c[: len(prefix)] == prefix]
+
+    @property
+    def changes(self) -> list[Call]:
+        """Every state-changing call of this run."""
+        return [c for c in self.calls if changes_state(c)]
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def explain(self) -> str:
+        calls = "\n".join("  " + " ".join(c) for c in self.calls)
+        return (f"exit {self.returncode}\n--- calls\n{calls}\n--- stdout\n{self.stdout}"
+                f"--- stderr\n{self.stderr}")
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why sandboxed runs cannot work here, or None when they can."""
+    if shutil.which("bwrap") is None:
+        return ("bubblewrap (bwrap) is not installed: apt-get install bubblewrap "
+                "(`make test` installs it)")
+    proc = subprocess.run(["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0",
+                           "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr", "--symlink",
+                           "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink",
+                           "usr/lib64", "/lib64", "--dev", "/dev", "--proc", "/proc",
+                           "/usr/bin/true"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"bubblewrap cannot create a sandbox here: {proc.stderr.strip()}"
+    return None
+
+
+@dataclass
+class Sandbox:
+    """A fake host: a root directory, stub binaries and their state, run with bubblewrap."""
+
+    base: Path
+    hostname: str = "host"
+    hcas: Mapping[str, str] = field(default_factory=dict)  # HCA name -> PCI address
+
+    def __post_init__(self) -> None:
+        self.root = self.base / "root"
+        self.bin = self.base / "bin"
+        self.state = self.base / "state"
+        self.cmdline = self.base / "cmdline"
+        for d in ("etc/modules-load.d", "etc/sysctl.d", "etc/modprobe.d", "etc/default",
+                  "etc/systemd/network", "var/lib", "var/log", "run", "root", "dev/md",
+                  "sys/class/infiniband", "stub/bin", "stub/state"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        (self.root / "tmp").mkdir(mode=0o1777, exist_ok=True)
+        (self.root / "tmp").chmod(0o1777)
+        (self.root / "etc/fstab").write_text(FSTAB)
+        (self.root / "etc/hostname").write_text(self.hostname + "\n")
+        self.cmdline.write_text(CMDLINE)
+        for d in ("pkgs", "held", "units", "modules", "disks", "fs", "mounts", "fail",
+                  "cluster/nodes"):
+            (self.state / d).mkdir(parents=True, exist_ok=True)
+        (self.state / "calls.log").touch()
+        (self.state / "swap").touch()  # the installer left a swap file active
+        self.bin.mkdir(exist_ok=True)
+        for name, body in STUBS.items():
+            text = PRELUDE + body.replace("__CERT_KEY__", STUB_CERT_KEY).replace(
+                "__INIT_TOKEN__", STUB_INIT_TOKEN)
+            stub = self.bin / name
+            stub.write_text(text)
+            stub.chmod(0o755)
+        for hca, pci in self.hcas.items():
+            self.add_hca(hca, pci)
+
+    # --- arranging the host -------------------------------------------------------------------
+    def add_hca(self, hca: str, pci: str) -> None:
+        """/sys/class/infiniband/<hca> -> ../../devices/.../<pci>/infiniband/<hca>, whose
+        `device` link points at the fake PCI function (so `readlink -f` resolves it)."""
+        fn = self.root / "sys/devices/pci0000:00" / pci
+        (fn / "infiniband" / hca).mkdir(parents=True, exist_ok=True)
+        (fn / "infiniband" / hca / "device").symlink_to("../../../" + pci)
+        (self.root / "sys/class/infiniband" / hca).symlink_to(
+            f"../../devices/pci0000:00/{pci}/infiniband/{hca}")
+
+    def install_packages(self, *names: str) -> None:
+        for n in names:
+            (self.state / "pkgs" / n).write_text("1.0-stub\n")
+
+    def add_node(self, name: str) -> None:
+        """A Node object the kubectl stub knows (the API server's view)."""
+        (self.state / "cluster/nodes" / name).write_text("")
+
+    def nodes(self) -> set[str]:
+        return {p.name for p in (self.state / "cluster/nodes").iterdir()}
+
+    def fail_next(self, command: str) -> None:
+        """The next call of `command` ("kubeadm join", "systemctl restart", "mkfs.xfs") fails."""
+        (self.state / "fail" / command).touch()
+
+    def api_down(self, down: bool = True) -> None:
+        flag = self.state / "api-down"
+        if down:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+
+    def reboot(self) -> None:
+        """Power-cycle: arrays, mounts, modules and /tmp go; disks, /etc and packages stay.
+        A kernel command line staged with update-grub takes effect; fstab swap comes back."""
+        for d in ("dev/md", "tmp", "run"):
+            for p in (self.root / d).iterdir():
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        for d in ("mounts", "modules"):
+            for p in (self.state / d).iterdir():
+                p.unlink()
+        (self.state / "swap").unlink(missing_ok=True)
+        if re.search(r"^[^#].*\sswap\s", (self.root / "etc/fstab").read_text(), re.M):
+            (self.state / "swap").touch()
+        grub = self.root / "etc/default/grub.d/90-gpu-cluster.cfg"
+        if (self.state / "grub-updated").exists() and grub.exists():
+            m = re.search(r'\$GRUB_CMDLINE_LINUX_DEFAULT ([^"]*)"', grub.read_text())
+            if m:
+                self.cmdline.write_text(self.cmdline.read_text().rstrip("\n") + " "
+                                        + m.group(1) + "\n")
+
+    # --- running ------------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        return [
+            "bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0",
+            "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+            "--hostname", self.hostname,
+            "--bind", str(self.root), "/",
+            "--ro-bind", "/usr", "/usr", *self._top_dirs(),
+            "--proc", "/proc", "--ro-bind", str(self.cmdline), "/proc/cmdline",
+            "--dev", "/dev", "--bind", str(self.root / "dev/md"), "/dev/md",
+            "--ro-bind", str(self.bin), STUB_BIN, "--bind", str(self.state), STUB_STATE,
+            "--chdir", "/root", "--clearenv",
+            "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/root",
+            "--setenv", "LANG", "C.UTF-8",
+        ]
+
+    def _top_dirs(self) -> list[str]:
+        """/bin, /lib, ... as on this machine: links into /usr (merged /usr) or bound dirs.
+        /etc/alternatives too, read-only: /usr/bin/awk and friends point into it."""
+        args = ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / name
+            if host.is_symlink():
+                link = self.root / name
+                if not link.is_symlink():
+                    link.symlink_to(os.readlink(host))
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), "/" + name]
+        return args
+
+    def run(self, script: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Run:
+        """`bash -s` with the script on stdin, the way the stack runs it over SSH."""
+        log = self.state / "calls.log"
+        log.write_text("")
+        cmd = self.command()
+        for k, v in (env or {}).items():
+            cmd += ["--setenv", k, v]
+        proc = subprocess.run([*cmd, "bash", "-s"], input=script, capture_output=True,
+                              text=True, timeout=timeout)
+        calls = [tuple(line.split("\t")) for line in log.read_text().splitlines() if line]
+        return Run(proc.returncode, proc.stdout, proc.stderr, calls)
+
+    # --- inspecting -------------------------------------------------------------------------
+    def path(self, p: str) -> Path:
+        """A path as the script sees it, on this machine."""
+        return self.root / p.lstrip("/")
+
+    def files(self) -> Iterator[Path]:
+        """Every file the scripts could have left (the root, and the stubs' state)."""
+        for top in (self.root, self.state):
+            for p in sorted(top.rglob("*")):
+                if p.is_file() and not p.is_symlink():
+                    yield p
+
+    def files_containing(self, needle: str) -> list[Path]:
+        data = needle.encode()
+        return [p for p in self.files() if data in p.read_bytes()]
+
+    def snapshot(self) -> dict[str, tuple[int, str, int] | str]:
+        """Content, mode and mtime of every file and link under the root; the set of dirs."""
+        snap: dict[str, tuple[int, str, int] | str] = {}
+        for p in sorted(self.root.rglob("*")):
+            rel = p.relative_to(self.root).as_posix()
+            if p.is_symlink():
+                snap[rel] = "-> " + os.readlink(p)
+            elif p.is_file():
+                st = p.stat()
+                snap[rel] = (st.st_mode, hashlib.sha256(p.read_bytes()).hexdigest(),
+                             st.st_mtime_ns)
+            else:
+                snap[rel] = "dir"
+        return snap
+
+
+def diff_snapshots(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
+    keys = sorted(set(before) | set(after))
+    return [k for k in keys if before.get(k) != after.get(k)]
+
+
+def stub_names() -> Iterable[str]:
+    return STUBS.keys()
+
+
+# --- the prod stack's scripts, rendered the way components/blueprint.py renders them ----------
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def prod_cluster():  # noqa: ANN201 - components.config.Cluster, imported lazily
+    import yaml
+
+    from components.config import validate_cluster
+
+    raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
+    return validate_cluster(raw["gpu-cluster:cluster"], REPO)
+
+
+def prod_scripts() -> dict[str, str]:
+    """`<host>/<name>.sh` -> text: every script `offline preview` writes under scripts/."""
+    from components.config import CLUSTER_KEY
+    from components.fabric import sm_apply_script
+    from components.planning import host_scripts, kubeadm
+
+    cluster = prod_cluster()
+    scripts = {f"{h.hostname}/prepare-host.sh": host_scripts.prepare_host(cluster, h, CLUSTER_KEY)
+               for h in cluster.hosts}
+    scripts |= {f"{n.hostname}/prepare-host.sh":
+                host_scripts.prepare_gpu_node(cluster, n, CLUSTER_KEY) for n in cluster.nodes}
+    for host, files in sm_files().items():
+        scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files)
+    init_host = cluster.control_plane[0]
+    scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
+    scripts |= {f"{n.hostname}/kubeadm-join.sh": kubeadm.join_script(cluster, n)
+                for n in cluster.nodes}
+    return dict(sorted(scripts.items()))
+
+
+def sm_files() -> dict[str, dict[str, str]]:
+    """SM host -> the files apply-opensm.sh installs (absolute path -> text)."""
+    from components.fabric import sm_host_files
+    from components.planning import placement
+    from components.planning.fabric.render import render_fabric_files
+
+    plan = placement.plan(prod_cluster())
+    fabric_files = render_fabric_files(plan)
+    return {sm.hostname: sm_host_files(fabric_files, sm.hostname) for sm in plan.sm}

@@ -1,0 +1,384 @@
+"""Every script the prod stack runs on a host, run for real (twice) in a sandbox.
+
+The harness (tests/sandbox.py) gives each host a throw-away root and recording stubs for every
+command with side effects. The first run must do the work; the second must make no
+state-changing call and leave every file as it was: nothing is initialised, joined, formatted,
+installed or restarted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from sandbox import (
+    STUB_CERT_KEY,
+    STUB_INIT_TOKEN,
+    Run,
+    Sandbox,
+    diff_snapshots,
+    prod_cluster,
+    prod_scripts,
+    sm_files,
+    stub_names,
+    unavailable,
+)
+
+from components.config import CLUSTER_KEY
+from components.fabric import sm_apply_script
+from components.planning import host_scripts, kubeadm
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+
+CLUSTER = prod_cluster()
+SCRIPTS = prod_scripts()
+NODES = {n.hostname: n for n in CLUSTER.nodes}
+ROLES = {h.hostname: h.role for h in CLUSTER.hosts} | dict.fromkeys(NODES, "gpu-worker")
+HOSTS = sorted({key.split("/")[0] for key in SCRIPTS})
+# Deploy order on one host: prepared first (every other command depends on `<host>-prepare`).
+ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubeadm-join.sh", "apply-opensm.sh")
+TOKEN = "abcdef.0123456789abcdef"
+JOIN_ENV = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
+CP = CLUSTER.control_plane[0].hostname
+GPU = CLUSTER.nodes[0].hostname
+SM = CLUSTER.fabric.subnet_managers[0].host
+KUBE_PKG = f"{CLUSTER.kubernetes.version}-1.1"
+
+
+def pci(rail: int) -> str:
+    return f"0000:{0x18 + 0x10 * rail:02x}:00.0"
+
+
+def sandbox(tmp_path: Path, host: str, drop_hca: str | None = None) -> Sandbox:
+    node = NODES.get(host)
+    hcas = {r.hca: pci(r.index) for r in node.rails if r.hca != drop_hca} if node else {}
+    return Sandbox(tmp_path / host, host, hcas)
+
+
+def ok(run: Run) -> Run:
+    assert run.returncode == 0, run.explain()
+    return run
+
+
+def run_twice(sb: Sandbox, script: str, env: dict[str, str] | None = None) -> Run:
+    """Run, run again; the second run changes nothing at all. Returns the first run."""
+    first = ok(sb.run(script, env))
+    before = sb.snapshot()
+    second = ok(sb.run(script, env))
+    assert second.changes == [], "second run changed state:\n" + second.explain()
+    assert diff_snapshots(before, sb.snapshot()) == [], "second run changed files"
+    return first
+
+
+def script(host: str, name: str) -> str:
+    return SCRIPTS[f"{host}/{name}"]
+
+
+def prepared(tmp_path: Path, host: str) -> Sandbox:
+    sb = sandbox(tmp_path, host)
+    ok(sb.run(script(host, "prepare-host.sh")))
+    return sb
+
+
+# --- what a first run must have done, per script ------------------------------------------------
+def check_kube_prereqs(sb: Sandbox, run: Run) -> None:
+    assert run.count("swapoff", "-a") == 1
+    assert not re.search(r"^[^#].*\sswap\s", sb.path("/etc/fstab").read_text(), re.M)
+    assert run.count("modprobe", "overlay") == run.count("modprobe", "br_netfilter") == 1
+    assert run.count("sysctl", "--system") == 1
+    assert run.count("systemctl", "restart", "containerd") == 1
+    assert "SystemdCgroup = true" in sb.path("/etc/containerd/config.toml").read_text()
+    installs = run.find("apt-get", "install")
+    assert sum(f"kubeadm={KUBE_PKG}" in c for c in installs) == 1
+    assert {f"kubelet={KUBE_PKG}", f"kubectl={KUBE_PKG}"} <= {a for c in installs for a in c}
+    assert run.count("apt-mark", "hold", "kubeadm", "kubelet", "kubectl") == 1
+    assert run.count("systemctl", "enable", "kubelet") == 1
+
+
+def check_gpu_prepare(sb: Sandbox, run: Run) -> None:
+    check_kube_prereqs(sb, run)
+    node = NODES[sb.hostname]
+    devices = [f"/dev/{d}" for d in node.template.nvme_devices]
+    (create,) = run.find("mdadm", "--create")
+    assert create[2] == "/dev/md/scratch" and "--level=0" in create
+    assert f"--raid-devices={len(devices)}" in create and list(create[-len(devices):]) == devices
+    assert run.find("mkfs.xfs") == [("mkfs.xfs", "/dev/md/scratch")]
+    assert run.count("mount", "/scratch") == 1
+    assert "/dev/md/scratch /scratch xfs" in sb.path("/etc/fstab").read_text()
+    assert run.count("update-grub") == 1 and run.count("update-initramfs", "-u") == 1
+    assert "iommu=pt" in sb.path("/etc/default/grub.d/90-gpu-cluster.cfg").read_text()
+    for r in node.rails:
+        link = sb.path(f"/etc/systemd/network/10-gpu-cluster-ib{r.index}.link").read_text()
+        assert f"Path=pci-{pci(r.index)}\n" in link and f"Name=ib{r.index}" in link
+    lnet = sb.path("/etc/modprobe.d/lustre.conf").read_text()
+    assert lnet == 'options lnet networks="o2ib0(ib0,ib1,ib2,ib3,ib4,ib5,ib6,ib7)"\n'
+
+
+def check_cp_prepare(sb: Sandbox, run: Run) -> None:
+    check_kube_prereqs(sb, run)
+    assert not run.find("mdadm") and not run.find("update-grub") and not run.find("mkfs.xfs")
+
+
+def check_sm_prepare(sb: Sandbox, run: Run) -> None:
+    assert run.changes == [("apt-get", "install", "-y", "opensm"),
+                           ("apt-get", "install", "-y", "infiniband-diags")]
+
+
+def check_init(sb: Sandbox, run: Run) -> None:
+    assert run.find("kubeadm", "init") == [(
+        "kubeadm", "init", "--config", "/etc/kubernetes/kubeadm-init.yaml", "--upload-certs",
+        "--skip-token-print", "--skip-certificate-key-print")]
+    config = sb.path("/etc/kubernetes/kubeadm-init.yaml").read_text()
+    assert "kind: InitConfiguration" in config and f"name: {sb.hostname}" in config
+    enc = sb.path("/etc/kubernetes/encryption-config.yaml")
+    assert enc.stat().st_mode & 0o077 == 0
+    key = re.search(r"secret: (\S+)", enc.read_text())
+    assert key and len(key.group(1)) == 44 and "ENCRYPTION_KEY" not in key.group(1)
+    for secret in (STUB_CERT_KEY, STUB_INIT_TOKEN, key.group(1)):
+        assert secret not in run.output
+
+
+def check_join(sb: Sandbox, run: Run) -> None:
+    assert run.find("kubeadm", "join") == [
+        ("kubeadm", "join", "--config", "/etc/kubernetes/kubeadm-join.yaml")]
+    assert (sb.state / "join-config-mode").read_text().strip() == "600"
+    assert sb.path("/etc/kubernetes/kubelet.conf").exists()
+    assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
+    assert TOKEN not in run.output and sb.files_containing(TOKEN) == []
+
+
+def check_apply_opensm(sb: Sandbox, run: Run) -> None:
+    assert run.count("systemctl", "restart", "opensm") == 1
+    for path, text in sm_files()[sb.hostname].items():
+        assert sb.path(path).read_text() == text.rstrip("\n") + "\n"
+    assert run.changes == [("systemctl", "restart", "opensm"),
+                           ("systemctl", "enable", "--now", "opensm")]
+
+
+CHECKS = {
+    ("gpu-worker", "prepare-host.sh"): check_gpu_prepare,
+    ("control-plane", "prepare-host.sh"): check_cp_prepare,
+    ("sm-host", "prepare-host.sh"): check_sm_prepare,
+    ("control-plane", "kubeadm-init.sh"): check_init,
+    ("gpu-worker", "kubeadm-join.sh"): check_join,
+    ("sm-host", "apply-opensm.sh"): check_apply_opensm,
+}
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
+    """Each of the host's scripts, in deploy order: the first run does the work, the second
+    changes nothing (no init, join, mdadm --create, mkfs, install, restart, grub, ...)."""
+    sb = sandbox(tmp_path, host)
+    names = [n for n in ORDER if f"{host}/{n}" in SCRIPTS]
+    assert names[0] == "prepare-host.sh"
+    for name in names:
+        first = run_twice(sb, script(host, name), JOIN_ENV if "join" in name else None)
+        CHECKS[ROLES[host], name](sb, first)
+
+
+def test_every_rendered_script_is_covered() -> None:
+    assert {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS} == set(CHECKS)
+
+
+# --- GPU node: scratch array, kernel arguments, rails ----------------------------------------
+def test_reboot_assembles_the_scratch_array_and_never_formats_it(tmp_path: Path) -> None:
+    """After a reboot (or an OS reinstall) the drives carry the array but /dev/md/scratch is not
+    there: the script assembles it. Re-creating it, or mkfs, would wipe the staged data."""
+    sb = prepared(tmp_path, GPU)
+    sb.reboot()
+    run = ok(sb.run(script(GPU, "prepare-host.sh")))
+    assert run.changes == [
+        ("mdadm", "--assemble", "/dev/md/scratch",
+         *(f"/dev/{d}" for d in NODES[GPU].template.nvme_devices)),
+        ("mount", "/scratch"),
+    ], run.explain()  # the staged iommu=pt is on the command line now: no update-grub either
+    run_twice(sb, script(GPU, "prepare-host.sh"))
+
+
+def test_an_interrupted_mkfs_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    sb = sandbox(tmp_path, GPU)
+    sb.fail_next("mkfs.xfs")
+    assert sb.run(script(GPU, "prepare-host.sh")).returncode != 0
+    run = ok(sb.run(script(GPU, "prepare-host.sh")))
+    assert run.count("mdadm", "--create") == 0 and run.count("mdadm", "--assemble") == 0
+    assert run.count("mkfs.xfs") == 1 and run.count("mount", "/scratch") == 1
+
+
+def test_a_missing_hca_fails_instead_of_writing_a_broken_link(tmp_path: Path) -> None:
+    missing = NODES[GPU].rails[3].hca
+    sb = sandbox(tmp_path, GPU, drop_hca=missing)
+    run = sb.run(script(GPU, "prepare-host.sh"))
+    assert run.returncode != 0 and f"HCA {missing} not found" in run.stderr
+    links = list(sb.path("/etc/systemd/network").glob("*.link"))
+    assert len(links) == 3 and all("Path=pci-0000:" in p.read_text() for p in links)
+
+
+def test_a_gpu_node_without_nvme_still_gets_the_gpu_steps(tmp_path: Path) -> None:
+    node = NODES[GPU]
+    bare = dataclasses.replace(node, template=node.template.model_copy(
+        update={"nvme_devices": ()}))
+    text = host_scripts.prepare_gpu_node(CLUSTER, bare, CLUSTER_KEY)
+    sb = sandbox(tmp_path, GPU)
+    first = run_twice(sb, text)
+    assert first.count("update-grub") == 1 and first.count("update-initramfs", "-u") == 1
+    assert not first.find("mdadm") and not first.find("mkfs.xfs") and not first.find("mount")
+    assert sb.path("/etc/modprobe.d/lustre.conf").exists()
+    assert len(list(sb.path("/etc/systemd/network").glob("*.link"))) == len(node.rails)
+
+
+def test_variables_are_rendered_unindented() -> None:
+    text = script(GPU, "prepare-host.sh")
+    assert re.search(r"^MODULES=", text, re.M) and re.search(r"^KUBE_PKG_VERSION=", text, re.M)
+
+
+# --- kubeadm init ------------------------------------------------------------------------------
+def test_init_runs_once_and_its_rerun_touches_nothing(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, CP)
+    first = ok(sb.run(script(CP, "kubeadm-init.sh")))
+    check_init(sb, first)
+    second = ok(sb.run(script(CP, "kubeadm-init.sh")))
+    assert second.calls == [] and "already initialised" in second.stdout
+
+
+def test_a_failed_init_is_retried_with_the_same_encryption_key(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, CP)
+    sb.fail_next("kubeadm init")
+    assert sb.run(script(CP, "kubeadm-init.sh")).returncode != 0
+    key = sb.path("/etc/kubernetes/encryption-config.yaml").read_text()
+    run = ok(sb.run(script(CP, "kubeadm-init.sh")))
+    assert run.count("kubeadm", "init") == 1
+    assert sb.path("/etc/kubernetes/encryption-config.yaml").read_text() == key
+
+
+# --- kubeadm join ------------------------------------------------------------------------------
+@pytest.mark.parametrize("missing", ["JOIN_TOKEN", "CA_CERT_HASH"])
+def test_join_refuses_to_run_without_its_secrets(tmp_path: Path, missing: str) -> None:
+    sb = prepared(tmp_path, GPU)
+    env = {k: v for k, v in JOIN_ENV.items() if k != missing}
+    run = sb.run(script(GPU, "kubeadm-join.sh"), env)
+    assert run.returncode != 0 and f"{missing} must be set" in run.stderr
+    assert not run.find("kubeadm")
+    assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
+
+
+def test_join_never_shows_or_leaves_the_token(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, GPU)
+    first = ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    check_join(sb, first)
+    second = ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    assert second.calls == [] and "already joined" in second.stdout
+    assert TOKEN not in second.output and sb.files_containing(TOKEN) == []
+
+
+def test_a_failed_join_removes_the_token_file_and_is_retried(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, GPU)
+    sb.fail_next("kubeadm join")
+    failed = sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV)
+    assert failed.returncode != 0 and failed.count("kubeadm", "join") == 1
+    assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
+    assert TOKEN not in failed.output and sb.files_containing(TOKEN) == []
+    check_join(sb, ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV)))
+
+
+# --- leaving: drain on the control plane, then reset on the worker ---------------------------
+def test_leave_does_nothing_on_a_node_that_never_joined(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, GPU)
+    run = ok(sb.run(kubeadm.leave_script(GPU)))
+    assert run.calls == [] and "not joined" in run.stdout
+
+
+def test_leave_resets_a_joined_node_once(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, GPU)
+    ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    first = run_twice(sb, kubeadm.leave_script(GPU))
+    assert first.changes == [("kubeadm", "reset", "--force", "--cleanup-tmp-dir")]
+    assert not sb.path("/etc/kubernetes/kubelet.conf").exists()
+
+
+def test_drain_is_a_noop_for_a_node_that_is_not_a_member(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, CP)
+    ok(sb.run(script(CP, "kubeadm-init.sh")))
+    sb.add_node("gpu-node-01")
+    run = ok(sb.run(kubeadm.drain_script(GPU)))
+    assert run.changes == [] and "nothing to drain" in run.stdout
+    assert sb.nodes() == {"gpu-node-01"}
+
+
+def test_drain_cordons_drains_and_deletes_a_member_once(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, CP)
+    ok(sb.run(script(CP, "kubeadm-init.sh")))
+    sb.add_node(GPU)
+    first = run_twice(sb, kubeadm.drain_script(GPU))
+    assert [c[:2] for c in first.changes] == [
+        ("kubectl", "cordon"), ("kubectl", "drain"), ("kubectl", "delete")]
+    assert first.find("kubectl", "drain")[0][2] == GPU
+    assert sb.nodes() == set()
+
+
+def test_drain_fails_when_the_api_server_cannot_answer(tmp_path: Path) -> None:
+    """"Cannot ask" is not "not a member": exiting 0 would let the worker reset undrained."""
+    sb = prepared(tmp_path, CP)
+    ok(sb.run(script(CP, "kubeadm-init.sh")))
+    sb.add_node(GPU)
+    sb.api_down()
+    run = sb.run(kubeadm.drain_script(GPU))
+    assert run.returncode != 0 and "nothing to drain" not in run.stdout, run.explain()
+    assert run.changes == [] and sb.nodes() == {GPU}
+
+
+# --- subnet manager ----------------------------------------------------------------------------
+def sm_sandbox(tmp_path: Path) -> Sandbox:
+    return prepared(tmp_path, SM)
+
+
+def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
+    sb = sm_sandbox(tmp_path)
+    files = sm_files()[SM]
+    first = run_twice(sb, sm_apply_script(files))
+    assert first.count("systemctl", "restart", "opensm") == 1
+    path = "/etc/opensm/opensm.conf"
+    changed = dict(files, **{path: files[path].replace("sm_priority 15", "sm_priority 13")})
+    assert changed[path] != files[path]
+    before = sb.snapshot()
+    run = ok(sb.run(sm_apply_script(changed)))
+    assert run.changes == [("systemctl", "restart", "opensm")], run.explain()
+    assert diff_snapshots(before, sb.snapshot()) == ["etc/opensm/opensm.conf"]
+    assert sb.run(sm_apply_script(changed)).changes == []
+
+
+def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
+    sb = sm_sandbox(tmp_path)
+    files = sm_files()[SM]
+    ok(sb.run(sm_apply_script(files)))
+    before = sb.snapshot()
+    path = "/etc/opensm/root_guids.conf"
+    bad = dict(files, **{path: files[path] + "fc6a1c0300a10001\n",
+                         "/etc/opensm/opensm.conf": files["/etc/opensm/opensm.conf"] + "#\n"})
+    run = sb.run(sm_apply_script(bad))
+    assert run.returncode != 0 and f"malformed GUID file {path}" in run.stderr
+    assert run.changes == [] and diff_snapshots(before, sb.snapshot()) == []
+
+
+def test_a_failed_restart_is_retried_by_the_next_run(tmp_path: Path) -> None:
+    sb = sm_sandbox(tmp_path)
+    sb.fail_next("systemctl restart")
+    assert sb.run(sm_apply_script(sm_files()[SM])).returncode != 0
+    run = ok(sb.run(sm_apply_script(sm_files()[SM])))
+    assert run.count("systemctl", "restart", "opensm") == 1
+    assert sb.run(sm_apply_script(sm_files()[SM])).changes == []
+
+
+# --- the harness itself ------------------------------------------------------------------------
+def test_the_sandbox_shadows_every_side_effect_and_isolates_the_host(tmp_path: Path) -> None:
+    sb = sandbox(tmp_path, "probe")
+    names = " ".join(stub_names())
+    run = ok(sb.run(f"for c in {names}; do command -v \"$c\"; done\n"
+                    "cat /etc/hostname /proc/cmdline\n"
+                    "/usr/bin/mount -t tmpfs none /tmp && echo MOUNTED || true\n"))
+    resolved = run.stdout.splitlines()
+    assert resolved[: len(list(stub_names()))] == [f"/stub/bin/{n}" for n in stub_names()]
+    assert "probe" in resolved and "MOUNTED" not in run.stdout
+    assert resolved[-1].startswith("BOOT_IMAGE=") and "iommu=pt" not in resolved[-1]

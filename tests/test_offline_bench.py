@@ -1,0 +1,68 @@
+"""The benchmark's stack generator (the timing itself is never asserted)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from offline.bench import scale_gpu_nodes, table
+
+BASE = {"config": {"gpu-cluster:cluster": {
+    "inventoryFile": "inventory/prod.csv",
+    "gpuNodes": {
+        "template": {"hcas": ["mlx5_0"]},
+        "ranges": [{"prefix": "gpu-node-", "start": 0, "count": 8, "digits": 2, "su": 1,
+                    "firstSlot": 0, "managementIpStart": "10.10.1.100",
+                    "bmcAddressStart": "10.11.1.100", "racks": ["r01", "r02"],
+                    "nodesPerRack": 4}],
+        "overrides": {"gpu-node-00": {"rack": "r01"}},
+    },
+}}}
+
+
+def test_scale_to_1024_nodes() -> None:
+    doc = scale_gpu_nodes(BASE, 1024, free_slots=0)
+    cluster = doc["config"]["gpu-cluster:cluster"]
+    ranges = cluster["gpuNodes"]["ranges"]
+    assert len(ranges) == 32
+    assert [r["su"] for r in ranges] == list(range(1, 33))
+    assert sum(r["count"] for r in ranges) == 1024 and {r["count"] for r in ranges} == {32}
+    assert all(r["digits"] == 4 for r in ranges)
+    assert "overrides" not in cluster["gpuNodes"] and "inventoryFile" not in cluster
+    ips = [ipaddress.ip_address(r["managementIpStart"]) + i
+           for r in ranges for i in range(r["count"])]
+    bmcs = [ipaddress.ip_address(r["bmcAddressStart"]) + i
+            for r in ranges for i in range(r["count"])]
+    assert len(set(ips)) == 1024 and len(set(bmcs)) == 1024
+    assert len({ip.packed[:3] for ip in ips}) == 32  # one /24 per SU
+    assert ranges[5]["racks"] == [f"su6-r{j:02d}" for j in range(1, 9)]
+    hosts = {f"{r['prefix']}{r['start'] + i:0{r['digits']}d}"
+             for r in ranges for i in range(r["count"])}
+    assert len(hosts) == 1024
+    # The input document is not modified.
+    assert len(BASE["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]) == 1
+
+
+def test_full_last_su_leaves_slots_for_the_subnet_managers() -> None:
+    base = {"config": {"gpu-cluster:cluster": {
+        **BASE["config"]["gpu-cluster:cluster"],
+        "fabric": {"subnetManagers": [{"host": "sm-01"}, {"host": "sm-02"}]}}}}
+    ranges = scale_gpu_nodes(base, 256)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
+    assert [r["count"] for r in ranges] == [32] * 7 + [30]
+    ranges = scale_gpu_nodes(base, 40)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
+    assert [r["count"] for r in ranges] == [32, 8]  # a partial SU has free ports already
+
+
+def test_partial_last_su() -> None:
+    ranges = scale_gpu_nodes(BASE, 40)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
+    assert [(r["start"], r["count"], r["su"]) for r in ranges] == [(0, 32, 1), (32, 8, 2)]
+    assert ranges[1]["racks"] == ["su2-r01", "su2-r02"]
+
+
+def test_table_reports_ratios() -> None:
+    row = {"resources": 100, "seconds": 2.0, "cpu": 1.5, "rss": 100.0, "floor": 1.0,
+           "floor_cpu": 1.0, "floor_rss": 90.0}
+    text = table([{**row, "nodes": 128, "gpu_nodes": 126},
+                  {**row, "nodes": 1024, "resources": 800, "seconds": 16.0, "cpu": 12.0}])
+    assert "| 126 (128) | 100 | 0.8 | 2.00 | 1.00 | 2.00 |" in text
+    assert "time(1024)/time(128) = 8.00 (CPU 8.00) for 8.00x the resources" in text
+    assert "scaling exponent 1.00" in text

@@ -1,0 +1,164 @@
+"""Diff classification against rendered/<stack>, unit level and end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import run_offline, write_offline_stack
+
+from offline.diff import (
+    PHYSICAL_HEADING,
+    changed_paths,
+    classify,
+    diff_trees,
+    path_matches,
+)
+from offline.render import to_yaml
+
+
+def doc(type_: str, name: str, inputs: dict[str, Any], **options: Any) -> dict[str, Any]:
+    return {"urn": f"urn:pulumi:prod::gpu-cluster::{type_}::{name}", "type": type_,
+            "name": name, "parent": None, "inputs": inputs,
+            "options": {"protect": False, "replaceOnChanges": [], "provider": None, **options}}
+
+
+DEPLOY = "kubernetes:apps/v1:Deployment"
+
+
+def deployment(image: str = "a:1", selector: str = "x", replicas: int = 1) -> dict[str, Any]:
+    return doc(DEPLOY, "vllm", {"metadata": {"name": "vllm"}, "spec": {
+        "replicas": replicas, "selector": {"matchLabels": {"app": selector}},
+        "template": {"spec": {"containers": [{"name": "c", "image": image}]}}}})
+
+
+def test_changed_paths_use_pulumi_property_paths() -> None:
+    old = {"spec": {"containers": [{"image": "a:1"}], "x": 1},
+           "metadata": {"labels": {"app.kubernetes.io/name": "a"}}}
+    new = {"spec": {"containers": [{"image": "a:2"}, {"image": "b"}]},
+           "metadata": {"labels": {"app.kubernetes.io/name": "b"}}}
+    assert changed_paths(old, new) == [
+        'metadata.labels["app.kubernetes.io/name"]',
+        "spec.containers[0].image", "spec.containers[1]", "spec.x"]
+    assert changed_paths({"a": [1, 2]}, {"a": [1, 2]}) == []
+
+
+def test_path_matching_covers_children_ancestors_and_wildcards() -> None:
+    assert path_matches("spec.selector.matchLabels.app", "spec.selector")
+    assert path_matches("spec", "spec.selector")  # whole spec changed: may touch the selector
+    assert not path_matches("spec.replicas", "spec.selector")
+    assert path_matches("triggers[3]", "triggers[*]")
+    assert not path_matches("metadata.labels.x", "metadata.name")
+    assert path_matches('data["a.b"]', "data")
+
+
+def test_update_lists_the_changed_path() -> None:
+    change = classify(deployment(), deployment(image="a:2"), "workloads")
+    assert change is not None and change.action == "update"
+    assert change.paths == ["spec.template.spec.containers[0].image"]
+    assert classify(deployment(), deployment(), "workloads") is None
+
+
+def test_immutable_fields_force_replacement() -> None:
+    change = classify(deployment(), deployment(selector="y", replicas=3), "workloads")
+    assert change is not None and change.action == "replace"
+    assert change.replace_because == ["spec.selector.matchLabels.app"]
+    assert "spec.replicas" in change.paths
+
+    pv = "kubernetes:core/v1:PersistentVolume"
+    old = doc(pv, "ckpt", {"spec": {"csi": {"volumeHandle": "a@o2ib:/x"}, "capacity": "1Ti"}})
+    new = doc(pv, "ckpt", {"spec": {"csi": {"volumeHandle": "b@o2ib:/x"}, "capacity": "1Ti"}})
+    assert classify(old, new, "storage").action == "replace"  # type: ignore[union-attr]
+    new2 = doc(pv, "ckpt", {"spec": {"csi": {"volumeHandle": "a@o2ib:/x"}, "capacity": "2Ti"}})
+    assert classify(old, new2, "storage").action == "update"  # type: ignore[union-attr]
+
+
+def test_command_host_and_replace_on_changes_option() -> None:
+    cmd = "command:remote:Command"
+    old = doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "a"})
+    assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.2"}, "create": "a"}),
+                    "hardware").action == "replace"  # type: ignore[union-attr]
+    assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "b"}),
+                    "hardware").action == "update"  # type: ignore[union-attr]
+    # replaceOnChanges from the resource's own options.
+    cm = "kubernetes:core/v1:ConfigMap"
+    a = doc(cm, "c", {"data": {"k": "1"}}, replaceOnChanges=["data.*"])
+    b = doc(cm, "c", {"data": {"k": "2"}}, replaceOnChanges=["data.*"])
+    change = classify(a, b, "platform")
+    assert change is not None and change.action == "replace"
+    assert change.replace_because == ["data.k"]
+
+
+def test_options_changes_are_updates_and_physical_changes_come_first() -> None:
+    cmd = "command:remote:Command"
+    old = {"hw.yaml": to_yaml(doc(cmd, "prep", {"create": "a"})),
+           "wl.yaml": to_yaml(deployment()),
+           "gone.yaml": to_yaml(doc(cmd, "gone", {}))}
+    new = {"workloads/x/wl.yaml": to_yaml(deployment(image="b:1")),
+           "hardware/x/hw.yaml": to_yaml(doc(cmd, "prep", {"create": "a"}, protect=True)),
+           "fabric/y/new.yaml": to_yaml(doc(cmd, "new", {}))}
+    diff = diff_trees(old, new)
+    summary = [(c.action, c.name, c.layer) for c in diff.changes]
+    assert summary == [("update", "prep", "hardware"), ("create", "new", "fabric"),
+                       ("update", "vllm", "workloads"), ("delete", "gone", "stack")]
+    assert diff.changes[0].paths == ["opts.protect"]
+
+
+def render_then(project: Path, **change: Any) -> Any:
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    write_offline_stack(project, **change)
+    return run_offline(project, "preview")
+
+
+def test_end_to_end_diff_classification(offline_project: Path) -> None:
+    proc = render_then(
+        offline_project,
+        nodes=[{"name": "node-a", "ip": "10.0.1.9"}, {"name": "node-c", "ip": "10.0.1.3"}],
+        image="nvcr.io/nvidia/pytorch:25.02-py3",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ("Changes against rendered/prod: 2 to create, 2 to update, 1 to replace, "
+            "2 to delete") in out
+    physical = out.index(PHYSICAL_HEADING)
+    other = out.index("Other changes:")
+    assert physical < out.index("replace command:remote:Command  node-a-prepare") < other
+    assert "replaced because: connection.host" in out
+    assert physical < out.index("delete  gpucluster:hardware:BareMetalNode  node-b") < other
+    assert physical < out.index("create  command:remote:Command  node-c-prepare") < other
+    deploy = out.index("update  kubernetes:apps/v1:Deployment  vllm")
+    assert deploy > other
+    assert out.index("~ spec.template.spec.containers[0].image", deploy)
+    kubeconfig = out.index("update  command:remote:Command  admin-kubeconfig")
+    assert out.index("~ opts.dependsOn[1]", kubeconfig)
+
+
+def test_render_then_check_rendered(offline_project: Path) -> None:
+    proc = run_offline(offline_project, "preview", "--render")
+    assert proc.returncode == 0, proc.stderr
+    assert "no changes against rendered/prod" in run_offline(offline_project, "preview").stdout
+    ok = run_offline(offline_project, "check-rendered")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "rendered/prod is up to date (15 resources)" in ok.stdout
+
+    write_offline_stack(offline_project, nodes=[{"name": "node-a", "ip": "10.0.1.1"}])
+    stale = run_offline(offline_project, "check-rendered")
+    assert stale.returncode == 1
+    assert "delete  command:remote:Command  node-b-prepare" in stale.stdout
+    assert "run `make render`" in stale.stdout
+    gone = offline_project / "rendered/prod/hardware/command-remote-Command/node-b-prepare.yaml"
+    assert gone.exists()
+
+    # --render removes files of resources that no longer exist, then the check passes again.
+    assert run_offline(offline_project, "preview", "--render").returncode == 0
+    assert not gone.exists()
+    assert run_offline(offline_project, "check-rendered").returncode == 0
+
+    # A hand-edit that changes only formatting is still caught.
+    vllm = offline_project / "rendered/prod/platform/kubernetes-apps-v1-Deployment/vllm.yaml"
+    vllm.write_text(yaml.safe_dump(yaml.safe_load(vllm.read_text()), indent=4))
+    reformatted = run_offline(offline_project, "check-rendered")
+    assert reformatted.returncode == 1
+    assert "1 files differ only in formatting" in reformatted.stdout

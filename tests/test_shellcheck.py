@@ -1,0 +1,71 @@
+"""shellcheck (warning level) on every script the stack runs on a host.
+
+The scripts come from the renderers the blueprint calls; one test renders the real prod stack
+with `python -m offline preview` and checks that its scripts/ are exactly these texts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sandbox import REPO, prod_cluster, prod_scripts
+
+from components.planning import kubeadm
+
+SHELLCHECK = shutil.which("shellcheck")
+needs_shellcheck = pytest.mark.skipif(
+    SHELLCHECK is None,
+    reason="shellcheck is not installed: apt-get install shellcheck (`make test` installs it)")
+
+
+def all_scripts() -> dict[str, str]:
+    """The preview's scripts/ plus the drain and leave scripts (delete actions, not artifacts)."""
+    scripts = prod_scripts()
+    for node in prod_cluster().nodes[:1]:  # identical but for the hostname
+        scripts[f"{node.hostname}/drain.sh"] = kubeadm.drain_script(node.hostname)
+        scripts[f"{node.hostname}/leave.sh"] = kubeadm.leave_script(node.hostname)
+    return scripts
+
+
+SCRIPTS = all_scripts()
+
+
+@needs_shellcheck
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_shellcheck_warning_level(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name.replace("/", "__")
+    path.write_text(SCRIPTS[name])
+    proc = subprocess.run([SHELLCHECK or "shellcheck", "-S", "warning", "-s", "bash",
+                           str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"{name}:\n{proc.stdout}{proc.stderr}"
+
+
+def test_shellcheck_sees_what_the_preview_writes(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "rendered", ".hypothesis", ".ruff_cache", "__pycache__",
+        ".pytest_cache"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "offline", "preview", "--stack", "prod",
+                           "--quiet", "--project-dir", str(project)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    root = project / "build/prod/scripts"
+    written = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.sh")}
+    assert written == prod_scripts()
+
+
+def test_a_warning_fails_the_check(tmp_path: Path) -> None:
+    """The check can fail: an unquoted, unassigned variable in a test is a warning."""
+    if SHELLCHECK is None:
+        pytest.skip("shellcheck is not installed")
+    path = tmp_path / "bad.sh"
+    path.write_text('#!/usr/bin/env bash\nif [ $undefined_thing = x ]; then rm -rf "$dir"/*; fi\n')
+    proc = subprocess.run([SHELLCHECK, "-S", "warning", str(path)], capture_output=True,
+                          text=True)
+    assert proc.returncode != 0 and "SC2154" in proc.stdout
