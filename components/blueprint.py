@@ -64,7 +64,7 @@ class Blueprint:
             "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
                                             for sm in c.fabric.subnet_managers),
             f"switch settings: {len(self.fabric.switches)} switches",
-            f"kubeadm init on {c.control_plane[0].hostname}",
+            f"kubeadm init on {c.control_plane[0].hostname}" + _ha_joins(c),
             f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each with its own "
             f"{c.kubernetes.join_token_ttl_minutes}-minute token",
             "platform: " + " -> ".join(self.platform.releases),
@@ -120,6 +120,10 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
     for host, script in join_scripts.items():
         artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
+    cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
+                  for h in cluster.control_plane[1:]}
+    for host, script in cp_scripts.items():
+        artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
     leaves = placement.rail_leaves(fabric_plan)
     kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
         init_host=hardware.nodes[init_host.hostname],
@@ -127,6 +131,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
         workers={n.hostname: hardware.nodes[n.hostname] for n in cluster.nodes},
         join_scripts=join_scripts,
+        control_planes={h: hardware.nodes[h] for h in cp_scripts},
+        control_plane_scripts=cp_scripts,
         node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
                      for n in cluster.nodes},
     ), pulumi.ResourceOptions(depends_on=[fabric]))
@@ -176,6 +182,14 @@ def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address:
     return BareMetalNodeArgs(hostname=hostname, role=role, address=address,
                              ssh_user=cluster.ssh_user, ssh_private_key=secrets.ssh_private_key,
                              ssh_host_key=host_key, prepare_script=script)
+
+
+def _ha_joins(c: Cluster) -> str:
+    if len(c.control_plane) < 2:
+        return ""
+    others = ", ".join(h.hostname for h in c.control_plane[1:])
+    vip = c.kubernetes.control_plane_endpoint.vip
+    return f", then control-plane joins one at a time: {others} (kube-vip VIP {vip})"
 
 
 def _span(names: list[str]) -> str:

@@ -25,6 +25,9 @@ class KubeadmClusterArgs:
     token_ttl_minutes: int
     workers: dict[str, BareMetalNode]
     join_scripts: dict[str, str]
+    # Further control-plane hosts (HA) and their join scripts, joined one at a time.
+    control_planes: dict[str, BareMetalNode] = field(default_factory=dict)
+    control_plane_scripts: dict[str, str] = field(default_factory=dict)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -68,6 +71,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.control_plane_joins = self._join_control_planes(args, cp)
         self.members: dict[str, command.remote.Command] = {}
         for host, node in sorted(args.workers.items()):
             self.members[host] = self._join(node, args, cp)
@@ -82,6 +86,52 @@ class KubeadmCluster(pulumi.ComponentResource):
             if host in self.members
         }
         self.register_outputs({"workers": sorted(self.members)})
+
+    def _join_control_planes(self, args: KubeadmClusterArgs,
+                             cp: BareMetalNode) -> dict[str, command.remote.Command]:
+        """HA: etcd grows one member at a time, so each join waits for the previous one.
+
+        There is no delete action: the stack never resets a control-plane host."""
+        if not args.control_planes:
+            return {}
+        encryption = command.remote.Command(
+            "encryption-config",
+            connection=cp.connection,
+            create="sudo cat /etc/kubernetes/encryption-config.yaml",
+            logging=QUIET,
+            opts=_secret_opts(self, [self.init]),
+        )
+        joins: dict[str, command.remote.Command] = {}
+        previous: list[Any] = [self.init]
+        for host, node in sorted(args.control_planes.items()):
+            token = command.remote.Command(
+                f"{host}-join-token", connection=cp.connection,
+                create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes,
+                                                              host=host),
+                logging=QUIET, opts=_secret_opts(self, [self.init]))
+            # Re-uploads the control-plane certificates under a fresh key (valid two hours).
+            cert_key = command.remote.Command(
+                f"{host}-certificate-key", connection=cp.connection,
+                create=f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}",
+                logging=QUIET, opts=_secret_opts(self, [self.init]))
+            joins[host] = command.remote.Command(
+                f"{host}-kubeadm-join",
+                connection=node.connection,
+                create="sudo --preserve-env=JOIN_TOKEN,CA_CERT_HASH,CERTIFICATE_KEY,"
+                       "ENCRYPTION_CONFIG bash -s",
+                stdin=args.control_plane_scripts[host],
+                environment={
+                    "JOIN_TOKEN": token.stdout.apply(str.strip),
+                    "CA_CERT_HASH": self.ca_cert_hash.stdout.apply(str.strip),
+                    "CERTIFICATE_KEY": cert_key.stdout.apply(str.strip),
+                    "ENCRYPTION_CONFIG": encryption.stdout,
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                    node.prepared, token, cert_key, encryption, *previous],
+                    ignore_changes=["environment"], protect=True),
+            )
+            previous = [joins[host]]
+        return joins
 
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
               cp: BareMetalNode) -> command.remote.Command:

@@ -332,8 +332,14 @@ class Fabric(Model):
 
 
 class ControlPlaneEndpoint(Model):
+    """One control-plane host: its address. Three or five: a kube-vip virtual IP (ARP mode)."""
+
     vip: IPv4 | None = None
     port: int = Field(6443, ge=1, le=65535)
+    # The management interface kube-vip announces the VIP on; unset, kube-vip uses the
+    # interface of the default route.
+    interface: str | None = Field(None, pattern=r"^[a-z][a-z0-9.]{0,14}$")
+    kube_vip_image: PinnedImage = "ghcr.io/kube-vip/kube-vip:v1.0.0"
 
 
 class Kubelet(Model):

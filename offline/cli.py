@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .diff import format_diff
+from .diff import diff_json, format_diff
 from .model import layer_order
 from .policy import LEVEL_ORDER
 from .preview import (
@@ -74,6 +74,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     write_tree(project / "build" / args.stack, r.build)
     diff, current = diff_against_rendered(project, args.stack, r)
+    # The same diff as data, for tools (and tests) that act on what a change touches.
+    (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
     label = f"rendered/{args.stack}"
     if args.render:
         n = sync_tree(project / "rendered" / args.stack, r.rendered, current)

@@ -8,6 +8,8 @@ Secret values render as "[secret]" on both sides, so a change to a secret alone 
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -178,6 +180,8 @@ class Change:
     layer: str
     paths: list[str] = field(default_factory=list)
     replace_because: list[str] = field(default_factory=list)
+    # path -> changed lines ("-old", "+new") for multi-line text such as host scripts
+    text_diffs: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def physical(self) -> bool:
@@ -207,7 +211,28 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if any(p == "opts.provider" for p in opt_paths):
         because.append("opts.provider")
     action = "replace" if because else "update"
-    return Change(action, urn, type_, name, layer, paths + opt_paths, because)
+    texts = {p: d for p in paths
+             if (d := text_diff(_value_at(old.get("inputs"), p), _value_at(new.get("inputs"), p)))}
+    return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts)
+
+
+def _value_at(doc: Any, path: str) -> Any:
+    for seg in split_path(path):
+        if isinstance(doc, dict):
+            doc = doc.get(seg)
+        elif isinstance(doc, list) and seg.isdigit() and int(seg) < len(doc):
+            doc = doc[int(seg)]
+        else:
+            return None
+    return doc
+
+
+def text_diff(old: Any, new: Any) -> list[str]:
+    """Changed lines of two multi-line strings (scripts, config files), without context."""
+    if not (isinstance(old, str) and isinstance(new, str) and ("\n" in old or "\n" in new)):
+        return []
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    return [ln for ln in lines if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
 
 
 @dataclass
@@ -300,12 +325,26 @@ def _format(change: Change, limit: int) -> Iterable[str]:
     shown = change.paths[:limit]
     for p in shown:
         yield f"             ~ {p}"
+        lines = change.text_diffs.get(p, [])
+        for line in lines[:TEXT_LINES]:
+            yield f"                 {line}"
+        if len(lines) > TEXT_LINES:
+            yield f"                 … {len(lines) - TEXT_LINES} more changed lines"
     if len(change.paths) > len(shown):
         yield f"             … and {len(change.paths) - len(shown)} more paths"
 
 
+TEXT_LINES = 12
+
+
+def _same_change(ch: Change) -> tuple[Any, ...]:
+    return (ch.action, ch.type, tuple(ch.paths), tuple(ch.replace_because),
+            tuple((k, tuple(v)) for k, v in sorted(ch.text_diffs.items())))
+
+
 def _format_group(changes: list[Change], limit: int, fold: int) -> Iterable[str]:
-    """Updates and replacements one by one; long runs of creates/deletes of a type folded."""
+    """Creates/deletes of a type folded; identical updates (the same lines changed on every
+    node) shown once with the resources they apply to."""
     runs: dict[tuple[str, str], list[Change]] = {}
     for ch in changes:
         runs.setdefault((ch.action, ch.type), []).append(ch)
@@ -317,8 +356,21 @@ def _format_group(changes: list[Change], limit: int, fold: int) -> Iterable[str]
             yield (f"  {_SYMBOL[action]:>2} {action:<7} {type_}  × {len(items)} "
                    f"({names[0]} … {names[-1]})")
             continue
+        if action in ("create", "delete"):
+            for ch in sorted(items, key=lambda c: c.name):
+                yield from _format(ch, limit)
+            continue
+        same: dict[tuple[Any, ...], list[Change]] = {}
         for ch in sorted(items, key=lambda c: c.name):
-            yield from _format(ch, limit)
+            same.setdefault(_same_change(ch), []).append(ch)
+        for group in same.values():
+            first = group[0]
+            yield from _format(first, limit)
+            if len(group) > 1:
+                others = [c.name for c in group[1:]]
+                shown = ", ".join(others[:fold]) + (f" … (+{len(others) - fold})"
+                                                    if len(others) > fold else "")
+                yield f"             the same change on {len(others)} more: {shown}"
 
 
 def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> list[str]:
@@ -343,3 +395,11 @@ def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> 
         lines.append(f"{len(diff.reformatted)} files differ only in formatting or location, "
                      f"e.g. {diff.reformatted[0]}")
     return lines
+
+
+def diff_json(diff: Diff) -> str:
+    """`[{action, type, name, layer, urn, paths, replaceBecause, textDiffs}]`, sorted."""
+    rows = [{"action": c.action, "type": c.type, "name": c.name, "layer": c.layer,
+             "urn": c.urn, "paths": c.paths, "replaceBecause": c.replace_because,
+             "textDiffs": c.text_diffs} for c in sorted(diff.changes, key=Change.sort_key)]
+    return json.dumps(rows, indent=1, sort_keys=True) + "\n"

@@ -285,6 +285,12 @@ case "$sub" in
       exit 1
     fi
     mkdir -p "$K/pki"; echo "# stub" > "$K/kubelet.conf"; echo "# stub" > "$K/pki/ca.crt"
+    if grep -q '^controlPlane:' "$cfg"; then
+      grep -Eq '^  certificateKey: [0-9a-f]{64}$' "$cfg" \
+        || { echo "kubeadm: invalid certificate key in $cfg" >&2; exit 1; }
+      mkdir -p "$K/manifests"
+      echo "# stub" > "$K/admin.conf"; echo "# stub" > "$K/manifests/kube-apiserver.yaml"
+    fi
     echo "This node has joined the cluster." ;;
   reset)
     rm -rf "$K/admin.conf" "$K/kubelet.conf" "$K/manifests" "$K/pki"

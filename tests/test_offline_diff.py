@@ -13,6 +13,7 @@ from offline.diff import (
     changed_paths,
     classify,
     diff_trees,
+    format_diff,
     path_matches,
 )
 from offline.render import to_yaml
@@ -103,6 +104,20 @@ def test_options_changes_are_updates_and_physical_changes_come_first() -> None:
     assert summary == [("update", "prep", "hardware"), ("create", "new", "fabric"),
                        ("update", "vllm", "workloads"), ("delete", "gone", "stack")]
     assert diff.changes[0].paths == ["opts.protect"]
+
+
+def test_script_changes_show_their_lines_once_for_identical_nodes() -> None:
+    cmd = "command:remote:Command"
+    script = "#!/bin/bash\nFS=xfs\nMOUNT=/scratch\n"
+    old = {f"{h}.yaml": to_yaml(doc(cmd, f"{h}-prepare", {"stdin": script}))
+           for h in ("n0", "n1", "n2")}
+    new = {f"hardware/c/{h}.yaml": to_yaml(doc(cmd, f"{h}-prepare", {
+        "stdin": script.replace("xfs", "ext4") if h != "n2" else script + "SWAP=off\n"}))
+        for h in ("n0", "n1", "n2")}
+    text = "\n".join(format_diff(diff_trees(old, new), "rendered/prod"))
+    assert text.count("-FS=xfs") == 1 and text.count("+FS=ext4") == 1
+    assert "the same change on 1 more: n1-prepare" in text
+    assert "+SWAP=off" in text and "MOUNT=/scratch" not in text  # changed lines only
 
 
 def render_then(project: Path, **change: Any) -> Any:

@@ -215,4 +215,4 @@ def test_two_runs_with_different_hash_seeds_are_byte_identical(tmp_path: Path) -
         trees.append(tree_bytes(project / "build") | {
             "rendered/" + k: v for k, v in tree_bytes(project / "rendered").items()})
     assert trees[0] == trees[1]
-    assert len(trees[0]) == 10 + 15
+    assert len(trees[0]) == 11 + 15  # build: 10 files + diff.json; rendered: 15

@@ -167,10 +167,66 @@ def _docs(*docs: dict) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
+def kube_vip_manifest(cluster: Cluster, kubeconfig: str = "/etc/kubernetes/admin.conf") -> dict:
+    """kube-vip as a static pod in ARP mode, holding the control-plane VIP by leader election."""
+    ep = cluster.kubernetes.control_plane_endpoint
+    env = {
+        "vip_arp": "true",
+        "port": str(ep.port),
+        **({"vip_interface": ep.interface} if ep.interface else {}),
+        "vip_cidr": "32",
+        "cp_enable": "true",
+        "cp_namespace": "kube-system",
+        "vip_leaderelection": "true",
+        "vip_leasename": "plndr-cp-lock",
+        "vip_leaseduration": "5",
+        "vip_renewdeadline": "3",
+        "vip_retryperiod": "1",
+        "address": str(ep.vip),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-vip", "namespace": "kube-system"},
+        "spec": {
+            "hostNetwork": True,
+            "hostAliases": [{"ip": "127.0.0.1", "hostnames": ["kubernetes"]}],
+            "containers": [{
+                "name": "kube-vip",
+                "image": ep.kube_vip_image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["manager"],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                # Announcing an address needs exactly these two capabilities, nothing broader.
+                "securityContext": {"capabilities": {"drop": ["ALL"],
+                                                     "add": ["NET_ADMIN", "NET_RAW"]}},
+                "volumeMounts": [{"name": "kubeconfig",
+                                  "mountPath": "/etc/kubernetes/admin.conf"}],
+            }],
+            "volumes": [{"name": "kubeconfig",
+                         "hostPath": {"path": kubeconfig, "type": "FileOrCreate"}}],
+        },
+    }
+
+
+def _ha(cluster: Cluster) -> bool:
+    return cluster.kubernetes.control_plane_endpoint.vip is not None
+
+
 def init_script(cluster: Cluster, host: Host) -> str:
     """Guarded `kubeadm init`: a second run sees admin.conf and does nothing."""
     config = _docs(cluster_configuration(cluster), init_configuration(cluster, host),
                    kubelet_configuration(cluster))
+    vip = ""
+    if _ha(cluster):
+        # Until init has created the RBAC for admin.conf, kube-vip must use super-admin.conf
+        # (kubeadm 1.29+); it is switched to admin.conf right after init.
+        manifest = yaml.safe_dump(kube_vip_manifest(cluster, "/etc/kubernetes/super-admin.conf"),
+                                  sort_keys=False)
+        vip = (f"install -d -m 0755 /etc/kubernetes/manifests\n"
+               f"cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'\n{manifest}KUBEVIP\n")
+    after = ("sed -i 's|/etc/kubernetes/super-admin.conf|/etc/kubernetes/admin.conf|' "
+             "/etc/kubernetes/manifests/kube-vip.yaml\n") if _ha(cluster) else ""
     return dedent(
         """\
         #!/usr/bin/env bash
@@ -189,13 +245,71 @@ def init_script(cluster: Cluster, host: Host) -> str:
           cat > /etc/kubernetes/encryption-config.yaml <<ENC
         {encryption}ENC
         fi
-        cat > /etc/kubernetes/kubeadm-init.yaml <<'KUBEADM'
+        {vip}cat > /etc/kubernetes/kubeadm-init.yaml <<'KUBEADM'
         {config}KUBEADM
         kubeadm init --config /etc/kubernetes/kubeadm-init.yaml --upload-certs --skip-token-print \\
           --skip-certificate-key-print
+        {after}"""
+    ).format(host=host.hostname, audit=yaml.safe_dump(AUDIT_POLICY, sort_keys=False),
+             encryption=yaml.safe_dump(ENCRYPTION_CONFIG, sort_keys=False), config=config,
+             vip=vip, after=after)
+
+
+def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": endpoint(cluster),
+                                         "token": "${JOIN_TOKEN}",
+                                         "caCertHashes": ["${CA_CERT_HASH}"]}},
+        "controlPlane": {
+            "localAPIEndpoint": {"advertiseAddress": str(host.management_ip),
+                                 "bindPort": cluster.kubernetes.control_plane_endpoint.port},
+            "certificateKey": "${CERTIFICATE_KEY}",
+        },
+        "nodeRegistration": {"name": host.hostname,
+                             "criSocket": "unix:///run/containerd/containerd.sock"},
+    }
+
+
+def control_plane_join_script(cluster: Cluster, host: Host) -> str:
+    """Guarded control-plane join: the encryption key, token and certificate key arrive as
+    secret environment; kube-vip is added once the node serves the API."""
+    config = _docs(control_plane_join_configuration(cluster, host))
+    manifest = yaml.safe_dump(kube_vip_manifest(cluster), sort_keys=False)
+    return dedent(
+        """\
+        #!/usr/bin/env bash
+        # kubeadm join (control plane) for {host} — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        if [ -f /etc/kubernetes/admin.conf ]; then
+          echo "{host} already a control-plane member; nothing to do"
+          exit 0
+        fi
+        : "${{JOIN_TOKEN:?}}" "${{CA_CERT_HASH:?}}" "${{CERTIFICATE_KEY:?}}"
+        : "${{ENCRYPTION_CONFIG:?}}"
+        install -d -m 0700 /etc/kubernetes /var/log/kubernetes
+        umask 077
+        # Every API server must decrypt what the others encrypted: the same key everywhere.
+        printf '%s\\n' "$ENCRYPTION_CONFIG" > /etc/kubernetes/encryption-config.yaml
+        cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
+        {audit}AUDIT
+        trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
+        cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
+        {config}KUBEADM
+        kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
+        install -d -m 0755 /etc/kubernetes/manifests
+        cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'
+        {manifest}KUBEVIP
         """
     ).format(host=host.hostname, audit=yaml.safe_dump(AUDIT_POLICY, sort_keys=False),
-             encryption=yaml.safe_dump(ENCRYPTION_CONFIG, sort_keys=False), config=config)
+             config=config, manifest=manifest)
+
+
+CERTIFICATE_KEY_COMMAND = (
+    "kubeadm init phase upload-certs --upload-certs --kubeconfig /etc/kubernetes/admin.conf "
+    "| tail -n 1"
+)
 
 
 def join_script(cluster: Cluster, node: GpuNode) -> str:

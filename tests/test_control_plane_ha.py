@@ -1,0 +1,129 @@
+"""Three control-plane hosts: kube-vip VIP, shared encryption key, one join at a time."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import REPO, run_offline
+from sandbox import Sandbox, unavailable
+
+from components.config import validate_cluster
+from components.planning import host_scripts, kubeadm
+
+VIP = "10.10.0.5"
+KEY = "gpu-cluster:cluster"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfX6+ZtC5Ie3hjvG2m0nN4QhGJ3rR1yYcN3n6mVQp0b"
+
+
+def ha(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    for i, ip in ((2, "10.10.0.20"), (3, "10.10.0.21")):
+        raw["hosts"].append({"hostname": f"mgmt-{i:02d}", "role": "control-plane",
+                             "managementIp": ip, "sshHostKey": HOST_KEY, "rack": "r02"})
+    raw["kubernetes"]["controlPlaneEndpoint"]["vip"] = VIP
+    return raw
+
+
+@pytest.fixture(scope="module")
+def stack() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def cluster(stack: dict[str, Any]):  # noqa: ANN201 - components.config.Cluster
+    return validate_cluster(ha(stack["config"][KEY]), REPO)
+
+
+def _embedded(script: str, marker: str) -> dict[str, Any]:
+    body = re.search(rf"<<'{marker}'\n(.*?)\n{marker}\n", script, re.S)
+    assert body, marker
+    return yaml.safe_load(body.group(1))
+
+
+def test_everyone_talks_to_the_vip(cluster) -> None:  # noqa: ANN001
+    assert kubeadm.endpoint(cluster) == f"{VIP}:6443"
+    join = kubeadm.control_plane_join_configuration(cluster, cluster.control_plane[1])
+    assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == f"{VIP}:6443"
+    assert join["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == "10.10.0.20"
+
+
+def test_kube_vip_is_a_valid_static_pod_holding_the_vip(cluster) -> None:  # noqa: ANN001
+    init = kubeadm.init_script(cluster, cluster.control_plane[0])
+    pod = _embedded(init, "KUBEVIP")
+    kubernetes_validate.validate(pod, "1.35", strict=True)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["address"] == VIP and env["cp_enable"] == "true"
+    caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]
+    assert caps == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
+    # Before init only super-admin.conf may talk to the API (kubeadm 1.29+), then admin.conf.
+    assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/super-admin.conf"
+    assert init.index("kubeadm init") < init.index("super-admin.conf|/etc/kubernetes/admin.conf")
+    joined = _embedded(kubeadm.control_plane_join_script(cluster, cluster.control_plane[1]),
+                       "KUBEVIP")
+    assert joined["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/admin.conf"
+
+
+def test_single_control_plane_has_no_kube_vip(stack: dict[str, Any]) -> None:
+    single = validate_cluster(stack["config"][KEY], REPO)
+    assert "kube-vip" not in kubeadm.init_script(single, single.control_plane[0])
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_control_plane_join_passes_shellcheck(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    path = tmp_path / "join.sh"
+    path.write_text(kubeadm.control_plane_join_script(cluster, cluster.control_plane[1]))
+    proc = subprocess.run(["shellcheck", "-S", "warning", str(path)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_control_plane_join_runs_once_with_the_shared_key(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    host = cluster.control_plane[1]
+    sb = Sandbox(tmp_path / host.hostname, host.hostname, {})
+    assert sb.run(host_scripts.prepare_host(cluster, host, KEY)).returncode == 0
+    enc = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\n# k1\n"
+    env = {"JOIN_TOKEN": "abcdef.0123456789abcdef", "CA_CERT_HASH": "sha256:" + "5e" * 32,
+           "CERTIFICATE_KEY": "7a" * 32, "ENCRYPTION_CONFIG": enc}
+    script = kubeadm.control_plane_join_script(cluster, host)
+    first = sb.run(script, env)
+    assert first.returncode == 0, first.explain()
+    assert first.count("kubeadm", "join") == 1
+    assert sb.path("/etc/kubernetes/encryption-config.yaml").read_text().strip() == enc.strip()
+    assert sb.path("/etc/kubernetes/manifests/kube-vip.yaml").is_file()
+    assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
+    assert "7a" * 32 not in first.output and sb.files_containing("7a" * 32) == []
+    second = sb.run(script, env)
+    assert second.returncode == 0 and second.changes == [], second.explain()
+    missing = sb.run(script, {k: v for k, v in env.items() if k != "ENCRYPTION_CONFIG"})
+    assert "already a control-plane member" in missing.stdout  # guard runs first
+
+
+def test_preview_joins_control_planes_one_at_a_time(stack: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    project = tmp_path / "gpu-cluster"
+    shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(
+        ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", "rendered"))
+    stack = copy.deepcopy(stack)
+    stack["config"][KEY] = ha(stack["config"][KEY])
+    (project / "Pulumi.prod.yaml").write_text(yaml.safe_dump(stack, sort_keys=False))
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "control-plane joins one at a time: mgmt-02, mgmt-03" in proc.stdout
+    cmds = project / "rendered/prod/bootstrap/command-remote-Command"
+    join2, join3 = (yaml.safe_load((cmds / f"mgmt-0{i}-kubeadm-join.yaml").read_text())
+                    for i in (2, 3))
+    for join in (join2, join3):
+        assert join["options"]["protect"] is True
+        assert "delete" not in join["inputs"]  # never a reset on a control-plane host
+        assert join["inputs"]["environment"] != "" and "ENCRYPTION_CONFIG" in str(
+            join["inputs"]["create"])
+    assert join2["urn"] in join3["options"]["dependsOn"]

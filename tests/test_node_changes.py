@@ -1,0 +1,144 @@
+"""Hardware changes preview as exactly the work they need, on a copy of the prod stack.
+
+Each test renders a baseline, makes the change an operator would make (stack file and
+inventory), previews, and reads `build/prod/diff.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, run_offline
+
+KEY = "gpu-cluster:cluster"
+
+# Every resource that exists because of one GPU node (named by its hostname).
+NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-join-token", "{h}-kubeadm-join", "{h}-member",
+                  "{h}-placement")
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    dst = tmp_path / "gpu-cluster"
+    shutil.copytree(REPO, dst, ignore=shutil.ignore_patterns(
+        ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", "rendered"))
+    return dst
+
+
+def edit_stack(project: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    path = project / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(path.read_text())
+    change(doc["config"][KEY])
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def edit_inventory(project: Path, change: Callable[[list[str]], list[str]]) -> None:
+    path = project / "inventory" / "prod.csv"
+    path.write_text("\n".join(change(path.read_text().splitlines())) + "\n")
+
+
+def seven_nodes(cluster: dict[str, Any]) -> None:
+    """gpu-node-07 leaves; the training job shrinks with it (TP 8 x DP 7 = 56 GPUs)."""
+    cluster["gpuNodes"]["ranges"][0]["count"] = 7
+    job = cluster["workloads"]["training"][0]
+    job["nodes"], job["dataParallel"], job["elasticMinNodes"] = 7, 7, 7
+
+
+def render_baseline(project: Path) -> None:
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def preview(project: Path) -> tuple[list[dict[str, Any]], str]:
+    proc = run_offline(project, "preview")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((project / "build/prod/diff.json").read_text()), proc.stdout
+
+
+def names(diff: list[dict[str, Any]], action: str) -> set[str]:
+    return {c["name"] for c in diff if c["action"] == action}
+
+
+def rendered(project: Path, layer: str, type_slug: str, name: str) -> dict[str, Any]:
+    return yaml.safe_load((project / "rendered/prod" / layer / type_slug / f"{name}.yaml")
+                          .read_text())
+
+
+def test_removing_a_worker_drains_it_before_the_reset(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, seven_nodes)
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    diff, text = preview(project)
+
+    assert names(diff, "delete") == {n.format(h="gpu-node-07") for n in NODE_RESOURCES}
+    assert not names(diff, "replace") and not names(diff, "create")
+    # Shared resources that must change: the leaves' port descriptions, both subnet
+    # managers' GUID lists, the training job and queue sized by node count. Nothing else.
+    assert names(diff, "update") == {"leaf-su1-r0-3-config", "leaf-su1-r4-7-config",
+                                     "sm-01-opensm", "sm-02-opensm",
+                                     "pytorchjob-training-llama-70b-pretrain",
+                                     "queue-training"}
+    assert text.index("Physical changes") < text.index("Other changes")
+
+    # The delete order Pulumi follows is the reverse of the dependencies: the control-plane
+    # side (cordon, drain, delete Node) goes first, the worker's reset after it succeeded.
+    cmd = "command-remote-Command"
+    member = rendered(project, "bootstrap", cmd, "gpu-node-07-member")
+    join = rendered(project, "bootstrap", cmd, "gpu-node-07-kubeadm-join")
+    assert join["urn"] in member["options"]["dependsOn"]
+    assert "kubectl drain gpu-node-07" in member["inputs"]["delete"]
+    assert "kubectl cordon gpu-node-07" in member["inputs"]["delete"]
+    assert "kubeadm reset" in join["inputs"]["delete"]
+    assert "kubeadm reset" not in member["inputs"]["delete"]
+    assert "delete" not in rendered(project, "hardware", cmd, "gpu-node-07-prepare")["inputs"]
+
+
+def test_the_control_plane_can_never_be_reset(project: Path) -> None:
+    render_baseline(project)
+    init = rendered(project, "bootstrap", "command-remote-Command", "mgmt-01-kubeadm-init")
+    assert init["options"]["protect"] is True
+    assert "delete" not in init["inputs"]
+    for path in (project / "rendered/prod").rglob("*.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        if "kubeadm reset" in str(doc["inputs"].get("delete", "")):
+            assert doc["name"].startswith("gpu-node-"), doc["name"]
+
+
+def test_replacing_a_node_changes_only_that_node_and_the_sm_files(project: Path) -> None:
+    render_baseline(project)
+    # Same hostname, new chassis: every HCA port GUID of gpu-node-03 changes.
+    edit_inventory(project, lambda rows: [
+        r.replace(",0xb83fd20300a4", ",0xb83fd20300e4") if r.startswith("gpu-node-03,") else r
+        for r in rows])
+    diff, _ = preview(project)
+    assert names(diff, "update") == {"sm-01-opensm", "sm-02-opensm"}
+    assert not names(diff, "create") | names(diff, "delete") | names(diff, "replace")
+    changed = "\n".join(line for c in diff for d in c["textDiffs"].values() for line in d)
+    assert "0xb83fd20300e4" in changed and "gpu-node-02" not in changed
+
+
+def test_adding_a_worker_touches_only_it_and_the_shared_resources(project: Path) -> None:
+    edit_stack(project, seven_nodes)
+    full_inventory = (project / "inventory/prod.csv").read_text()
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    render_baseline(project)
+    (project / "Pulumi.prod.yaml").write_text((REPO / "Pulumi.prod.yaml").read_text())
+    (project / "inventory/prod.csv").write_text(full_inventory)
+    diff, _ = preview(project)
+
+    assert names(diff, "create") == {n.format(h="gpu-node-07") for n in NODE_RESOURCES}
+    assert not names(diff, "delete") | names(diff, "replace")
+    assert names(diff, "update") == {"leaf-su1-r0-3-config", "leaf-su1-r4-7-config",
+                                     "sm-01-opensm", "sm-02-opensm",
+                                     "pytorchjob-training-llama-70b-pretrain",
+                                     "queue-training"}
+    leaf = next(c for c in diff if c["name"] == "leaf-su1-r4-7-config")
+    assert leaf["textDiffs"]["stdin"] == [
+        f'+interface ib 1/{8 * k + 8} description "gpu-node-07 rail {4 + k} ({hca})"'
+        for k, hca in enumerate(("mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"))]
