@@ -7,6 +7,7 @@ each receives only plain data and the resources it must wait for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -22,6 +23,7 @@ from components.fabric import (
 )
 from components.hardware import BareMetalNodeArgs, Hardware
 from components.planning import (
+    bmc,
     host_scripts,
     kubeadm,
     placement,
@@ -35,7 +37,7 @@ from components.planning.fabric.render import render_fabric_files
 from components.planning.fabric.render import report_lines as fabric_report
 from components.platform import Platform, PlatformArgs
 from components.storage import Storage, StorageArgs
-from components.workloads import Workload, WorkloadArgs
+from components.workloads import AcceptanceGate, Workload, WorkloadArgs
 
 
 @dataclass
@@ -86,11 +88,13 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     for host in cluster.hosts:
         script = host_scripts.prepare_host(cluster, host, CLUSTER_KEY)
         host_args[host.hostname] = _host(cluster, secrets, host.hostname, host.role,
-                                         str(host.management_ip), host.ssh_host_key, script)
+                                         str(host.management_ip), host.ssh_host_key, script,
+                                         host.bmc_address)
     for node in cluster.nodes:
         script = host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
         host_args[node.hostname] = _host(cluster, secrets, node.hostname, "gpu-worker",
-                                         str(node.management_ip), node.ssh_host_key, script)
+                                         str(node.management_ip), node.ssh_host_key, script,
+                                         node.bmc_address)
     for host, args in host_args.items():
         artifacts[f"scripts/{host}/prepare-host.sh"] = args.prepare_script
     hardware = Hardware("hardware", host_args)
@@ -138,32 +142,36 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     ), pulumi.ResourceOptions(depends_on=[fabric]))
 
     # platform
-    namespaces = sorted({j.namespace for j in cluster.workloads.training}
-                        | {s.namespace for s in cluster.workloads.inference}
-                        | set(storage.DEFAULT_NAMESPACE.values()))
+    with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
+              / "kustomization.yaml") as f:
+        platform.check_training_operator_dir(f.read(), cluster.platform.training_operator.version)
     plat = Platform("platform", PlatformArgs(
         provider=kube.provider,
-        namespaces=namespaces,
+        namespaces=platform.namespaces(cluster),
         releases=platform.helm_releases(cluster),
-        nic_cluster_policy=platform.nic_cluster_policy(cluster),
-        ip_pool=platform.ip_pool(cluster),
+        release_objects={
+            "metallb": platform.metallb_objects(cluster),
+            "cert-manager": platform.cert_manager_objects(cluster),
+            "network-operator": [platform.nic_cluster_policy(cluster),
+                                 platform.ip_pool(cluster)],
+            "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
+        },
         network_attachments=platform.network_attachments(
-            cluster, sorted({j.namespace for j in cluster.workloads.training})),
-        queues=platform.queues(cluster),
-        hypernodes=platform.hypernodes(cluster.nodes),
-        training_operator_version=cluster.platform.training_operator.version,
-    ))
+            cluster, platform.training_namespaces(cluster)),
+        training_operator_dir=platform.TRAINING_OPERATOR_DIR,
+    ), pulumi.ResourceOptions(depends_on=[kube]))
 
     # storage
     store = Storage("storage", StorageArgs(
-        provider=kube.provider, volumes=storage.volumes(cluster),
-        depends_on=[plat.releases["lustre-csi"], *plat.namespaces.values()]))
+        provider=kube.provider, csi_driver=storage.csi_driver_objects(cluster),
+        volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
+        pulumi.ResourceOptions(depends_on=[kube]))
 
     # workloads
     ready: list[Any] = [store, plat]
     apps = {
         job.name: Workload(job.name, WorkloadArgs(
-            provider=kube.provider, manifests=[workloads.pytorchjob(cluster, job)],
+            provider=kube.provider, manifests=workloads.training_objects(cluster, job),
             depends_on=ready))
         for job in cluster.workloads.training
     }
@@ -173,15 +181,30 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             depends_on=ready))
         for svc in cluster.workloads.inference
     }
+    test = cluster.workloads.nccl_test
+    if test is not None:
+        # The fabric acceptance test: nccl-tests over the GPU nodes, checked on the control
+        # plane after the MPIJob finishes; a failed check fails `pulumi up`.
+        gate_script = workloads.nccl_gate_script(cluster, test)
+        artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
+        gate = AcceptanceGate(connection=hardware.nodes[init_host.hostname].connection,
+                              script=gate_script, depends_on=[kube.init]) \
+            if test.gate else None
+        apps[test.name] = Workload(test.name, WorkloadArgs(
+            provider=kube.provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
+            depends_on=ready, gate=gate))
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())))
 
 
 def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address: str,
-          host_key: str | None, script: str) -> BareMetalNodeArgs:
+          host_key: str | None, script: str, bmc_address: Any) -> BareMetalNodeArgs:
+    redfish = (bmc.redfish_command(cluster.bmc, str(bmc_address))
+               if cluster.bmc and bmc_address else None)
     return BareMetalNodeArgs(hostname=hostname, role=role, address=address,
                              ssh_user=cluster.ssh_user, ssh_private_key=secrets.ssh_private_key,
-                             ssh_host_key=host_key, prepare_script=script)
+                             ssh_host_key=host_key, prepare_script=script,
+                             bmc_command=redfish, bmc_password=secrets.bmc_password)
 
 
 def _ha_joins(c: Cluster) -> str:

@@ -397,6 +397,15 @@ class TrainingOperator(Model):
     version: ExactVersion
 
 
+class LustreCsi(Model):
+    """HPE's Lustre CSI node plugin (`lustre-csi.hpe.com`), rendered as our own objects: its
+    chart has no tolerations, so the plugin would never run on the tainted GPU nodes."""
+
+    namespace: DnsLabel = "lustre-csi-system"
+    image: PinnedImage = "ghcr.io/hewlettpackard/lustre-csi-driver:0.1.5"
+    registrar_image: PinnedImage = "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.6.3"
+
+
 class Platform(Model):
     cni: Literal["calico", "cilium"] = "calico"
     calico: Chart
@@ -409,7 +418,7 @@ class Platform(Model):
     cert_manager: Chart
     prometheus: Chart
     prometheus_adapter: Chart
-    lustre_csi: Chart
+    lustre_csi: LustreCsi = LustreCsi()
 
 
 # ---------------------------------------------------------------- storage and workloads
@@ -459,6 +468,9 @@ class TrainingJob(Model):
     memory: Quantity
     elastic_min_nodes: int | None = Field(None, ge=1)
     backoff_limit: int = Field(3, ge=0, le=20)
+    # Volcano network-topology constraint: "hard" keeps a job that fits in one SU (tier-1
+    # HyperNode) inside one SU; "soft" prefers it.
+    topology: Literal["hard", "soft"] = "hard"
 
 
 class Autoscaling(Model):
@@ -468,6 +480,11 @@ class Autoscaling(Model):
     target_average: int = Field(ge=1)
     scale_up_window_seconds: int = Field(120, ge=0, le=3600)
     scale_down_window_seconds: int = Field(300, ge=0, le=3600)
+    # At most this many pods added (removed) per period: a 70B replica takes minutes to load.
+    scale_up_pods: int = Field(1, ge=1, le=16)
+    scale_up_period_seconds: int = Field(120, ge=15, le=1800)
+    scale_down_pods: int = Field(1, ge=1, le=16)
+    scale_down_period_seconds: int = Field(300, ge=15, le=1800)
 
 
 class InferenceService(Model):
@@ -489,8 +506,20 @@ class InferenceService(Model):
 
 
 class NcclTest(Model):
+    """nccl-tests all_reduce_perf over the GPU nodes as an MPIJob, checked after `pulumi up`."""
+
+    name: DnsLabel = "nccl-allreduce"
+    namespace: DnsLabel = "training"  # needs the RDMA attachment: a training namespace
     image: PinnedImage
+    # Fraction of the per-node NIC bandwidth (rails x link speed) the bus bandwidth must reach.
     min_efficiency: float = Field(0.8, gt=0, le=1)
+    nodes: int | None = Field(None, ge=1)  # default: every GPU node
+    # Message sizes (nccl-tests suffixes, powers of 1024); busbw is judged at >= 1 GiB.
+    min_bytes: Literal["8", "1M", "128M", "512M", "1G"] = "1M"
+    max_bytes: Literal["1G", "2G", "4G", "8G", "16G"] = "4G"
+    # Run the parser after the MPIJob finishes and fail the update when the check fails.
+    gate: bool = True
+    timeout_minutes: int = Field(30, ge=5, le=240)
 
 
 class Workloads(Model):
@@ -500,6 +529,17 @@ class Workloads(Model):
 
 
 # ---------------------------------------------------------------- the cluster
+
+
+class Bmc(Model):
+    """Optional BMC settings applied through Redfish from where `pulumi up` runs."""
+
+    username: str = Field("admin", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    system_path: str = Field("/redfish/v1/Systems/1", pattern=r"^/redfish/v1/Systems/[^/]+$")
+    # What the server does when power returns after an outage: LastState keeps a node that was
+    # drained for maintenance off instead of rejoining mid-repair.
+    power_restore_policy: Literal["AlwaysOn", "AlwaysOff", "LastState"] = "LastState"
+    ca_bundle: str | None = None  # PEM file for the BMCs' TLS certificates; unset: system CAs
 
 
 class Cluster(Model):
@@ -515,6 +555,7 @@ class Cluster(Model):
     platform: Platform
     storage: Storage
     workloads: Workloads = Workloads()
+    bmc: Bmc | None = None
 
     @property
     def nodes(self) -> tuple[GpuNode, ...]:
@@ -852,6 +893,21 @@ def _semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat 
         if j.elastic_min_nodes is not None and j.elastic_min_nodes > j.nodes:
             yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes, "exceeds nodes",
                           "set elasticMinNodes <= nodes")
+        if j.launcher == "mpijob" and j.elastic_min_nodes is not None \
+                and j.elastic_min_nodes < j.nodes:
+            yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes,
+                          "an MPIJob has a fixed world size (mpirun -np)",
+                          "drop elasticMinNodes or use launcher: pytorchjob")
+    nt = c.workloads.nccl_test
+    if nt is not None:
+        if nt.nodes is not None and nt.nodes > len(nodes):
+            yield Problem("workloads.ncclTest.nodes", nt.nodes,
+                          f"more nodes than the {len(nodes)} GPU nodes",
+                          "lower nodes or leave it unset to test every GPU node")
+        if nt.namespace not in {j.namespace for j in c.workloads.training}:
+            yield Problem("workloads.ncclTest.namespace", nt.namespace,
+                          "has no RDMA network attachment (only training namespaces get one)",
+                          "use the namespace of a workloads.training job")
     for i, s in enumerate(c.workloads.inference):
         path = f"workloads.inference[{i}]"
         w = c.lustre(s.weights)

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_command as command
 
 from components.hardware import BareMetalNode
+from components.planning.facts import fabric_facts
 
 SM_CONF_DIR = "/etc/opensm"
 
@@ -95,7 +96,9 @@ def sm_host_files(fabric_files: dict[str, str], host: str) -> dict[str, str]:
 class InfinibandFabric(pulumi.ComponentResource):
     def __init__(self, name: str, args: FabricArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:fabric:InfinibandFabric", name, None, opts)
+        super().__init__("gpucluster:fabric:InfinibandFabric", name, {"facts": fabric_facts(
+            {sw: s.cli for sw, s in args.switches.items()},
+            {host: files for host, (_, files) in args.sm_hosts.items()})}, opts)
         self.subnet_managers = {
             host: command.remote.Command(
                 f"{host}-opensm",

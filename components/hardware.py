@@ -20,6 +20,8 @@ class BareMetalNodeArgs:
     ssh_private_key: Any  # a Pulumi secret
     ssh_host_key: str | None
     prepare_script: str
+    bmc_command: str | None = None  # Redfish settings, run where `pulumi up` runs
+    bmc_password: Any = None  # a Pulumi secret
 
 
 class BareMetalNode(pulumi.ComponentResource):
@@ -45,6 +47,14 @@ class BareMetalNode(pulumi.ComponentResource):
             # No delete action: removing a host from the stack never wipes it.
             opts=pulumi.ResourceOptions(parent=self),
         )
+        if args.bmc_command:
+            self.bmc = command.local.Command(
+                f"{name}-bmc",
+                create=args.bmc_command,
+                environment={"BMC_PASSWORD": args.bmc_password},
+                logging=command.local.Logging.STDERR,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.register_outputs({"hostname": args.hostname, "address": args.address})
 
 

@@ -15,6 +15,8 @@ KINDS: dict[tuple[str, str], Any] = {
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
+    ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,
     ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,

@@ -11,22 +11,17 @@ import pulumi_kubernetes as k8s
 from components.kube import apply
 from components.planning.platform import Release
 
-TRAINING_OPERATOR_OVERLAY = (
-    "https://github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={ref}"
-)
-
 
 @dataclass(frozen=True)
 class PlatformArgs:
     provider: k8s.Provider
-    namespaces: list[str]  # workload namespaces (training, inference, …)
-    releases: list[Release]
-    nic_cluster_policy: dict
-    ip_pool: dict
+    namespaces: list[dict]  # workload namespaces with their Pod Security labels
+    releases: list[Release]  # in installation order
+    # Objects that need a release's CRDs or controllers, keyed by release name; a release that
+    # names another in `after` waits for these too (e.g. ingress-nginx for MetalLB's pool).
+    release_objects: dict[str, list[dict]]
     network_attachments: list[dict]
-    queues: list[dict]
-    hypernodes: list[dict]
-    training_operator_version: str
+    training_operator_dir: str  # our kustomization (upstream overlay + gang-scheduling patch)
 
 
 class Platform(pulumi.ComponentResource):
@@ -35,21 +30,25 @@ class Platform(pulumi.ComponentResource):
         super().__init__("gpucluster:platform:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.namespaces = {
-            ns: apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, child)
-            for ns in sorted(args.namespaces)
+            ns["metadata"]["name"]: apply(ns, child) for ns in args.namespaces
         }
         self.releases: dict[str, k8s.helm.v3.Release] = {}
+        self.objects: dict[str, list[pulumi.CustomResource]] = {}
         for rel in args.releases:
-            deps = [self.releases[d] for d in _RELEASE_ORDER.get(rel.name, ())
-                    if d in self.releases]
-            self.releases[rel.name] = k8s.helm.v3.Release(
+            missing = [d for d in rel.after if d not in self.releases]
+            if missing:
+                raise ValueError(f"release {rel.name} is listed before {', '.join(missing)}")
+            deps: list[pulumi.Resource] = [*self.namespaces.values()]
+            for d in rel.after:
+                deps += [self.releases[d], *self.objects.get(d, [])]
+            oci = rel.chart.repo.startswith("oci://")
+            release = k8s.helm.v3.Release(
                 rel.name,
                 name=rel.name,
-                chart=(f"{rel.chart.repo}/{rel.chart.chart}" if rel.chart.repo.startswith("oci://")
-                       else rel.chart.chart),
+                chart=f"{rel.chart.repo}/{rel.chart.chart}" if oci else rel.chart.chart,
                 version=rel.chart.version,
-                repository_opts=None if rel.chart.repo.startswith("oci://") else
-                k8s.helm.v3.RepositoryOptsArgs(repo=rel.chart.repo),
+                repository_opts=None if oci else k8s.helm.v3.RepositoryOptsArgs(
+                    repo=rel.chart.repo),
                 namespace=rel.chart.namespace,
                 create_namespace=True,
                 atomic=True,
@@ -57,34 +56,26 @@ class Platform(pulumi.ComponentResource):
                 values=dict(rel.values),
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=deps)),
             )
-        net_op = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[self.releases["network-operator"]]))
-        self.nic_cluster_policy = apply(args.nic_cluster_policy, net_op)
-        self.ip_pool = apply(args.ip_pool, pulumi.ResourceOptions.merge(
-            net_op, pulumi.ResourceOptions(depends_on=[self.nic_cluster_policy])))
+            self.releases[rel.name] = release
+            after_release = pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[release, *self.namespaces.values()]))
+            self.objects[rel.name] = [apply(m, after_release)
+                                      for m in args.release_objects.get(rel.name, [])]
+        unknown = set(args.release_objects) - set(self.releases)
+        if unknown:
+            raise ValueError(f"objects for releases that are not installed: {sorted(unknown)}")
+        # The attachments need Multus and nv-ipam (NicClusterPolicy) and their namespace.
+        net = [self.releases["network-operator"], *self.objects["network-operator"]]
         self.network_attachments = [
-            apply(nad, pulumi.ResourceOptions.merge(net_op, pulumi.ResourceOptions(
-                depends_on=[self.nic_cluster_policy, self.namespaces[nad["metadata"]
-                                                                     ["namespace"]]])))
+            apply(nad, pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=[*net, self.namespaces[nad["metadata"]["namespace"]]])))
             for nad in args.network_attachments
         ]
-        volcano = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[self.releases["volcano"]]))
-        self.queues = [apply(q, volcano) for q in args.queues]
-        self.hypernodes = [apply(h, volcano) for h in args.hypernodes]
+        # Gang scheduling needs Volcano's PodGroup CRD before the operator starts.
         self.training_operator = k8s.kustomize.v2.Directory(
             "training-operator",
-            directory=TRAINING_OPERATOR_OVERLAY.format(ref=args.training_operator_version),
-            opts=child,
+            directory=args.training_operator_dir,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=[self.releases["volcano"]])),
         )
-        self.register_outputs({"releases": sorted(self.releases)})
-
-
-# Helm releases that must be ready before another is installed.
-_RELEASE_ORDER: dict[str, tuple[str, ...]] = {
-    "network-operator": ("calico",),
-    # The GPU Operator's driver pods need the DOCA/OFED driver first for GPUDirect RDMA.
-    "gpu-operator": ("network-operator",),
-    "ingress-nginx": ("metallb", "cert-manager"),
-    "prometheus-adapter": ("prometheus",),
-}
+        self.register_outputs({"releases": list(self.releases)})

@@ -1,13 +1,26 @@
-"""workloads layer: training jobs and inference services rendered correct by construction."""
+"""workloads layer: training jobs, the NCCL acceptance test and inference services, rendered
+correct by construction."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components.kube import apply
+
+
+@dataclass(frozen=True)
+class AcceptanceGate:
+    """A check run on the control plane once the workload's objects exist (see nccl.py)."""
+
+    connection: command.remote.ConnectionArgs
+    script: str
+    depends_on: list[pulumi.Resource]
 
 
 @dataclass(frozen=True)
@@ -15,15 +28,50 @@ class WorkloadArgs:
     provider: k8s.Provider
     manifests: list[dict]
     depends_on: list[pulumi.Resource]
+    gate: AcceptanceGate | None = None
 
 
 class Workload(pulumi.ComponentResource):
-    """One training job or inference service: its Kubernetes objects, named by the workload."""
+    """One workload: its Kubernetes objects, named by the workload, and optionally the
+    acceptance gate that must pass for `pulumi up` to succeed."""
 
     def __init__(self, name: str, args: WorkloadArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:workloads:Workload", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider,
                                        depends_on=args.depends_on)
-        self.objects = [apply(m, child) for m in args.manifests]
+        self.objects = [apply(m, _opts(m, child)) for m in args.manifests]
+        self.gate = None
+        if args.gate is not None:
+            g = args.gate
+            # Runs when created and again whenever the test or the checker changes; a failing
+            # check fails the update (non-zero exit), and the failure is in the update's log.
+            self.gate = command.remote.Command(
+                f"{name}-acceptance",
+                connection=g.connection,
+                create="sudo bash -s",  # reads /etc/kubernetes/admin.conf
+                stdin=g.script,
+                triggers=[_digest(g.script, args.manifests)],
+                opts=pulumi.ResourceOptions(parent=self,
+                                            depends_on=[*self.objects, *g.depends_on]),
+            )
         self.register_outputs({})
+
+
+# Training Operator v1 ignores most changes to a submitted job's spec; a changed job is
+# deleted and submitted again (a training job resumes from its last checkpoint, a changed
+# NCCL test runs again, and its gate with it).
+JOB_KINDS = {("kubeflow.org/v1", "PyTorchJob"), ("kubeflow.org/v1", "MPIJob")}
+
+
+def _opts(manifest: dict, child: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
+    if (manifest["apiVersion"], manifest["kind"]) in JOB_KINDS:
+        return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+            replace_on_changes=["spec"], delete_before_replace=True))
+    return child
+
+
+def _digest(script: str, manifests: list[dict]) -> str:
+    h = hashlib.sha256(script.encode())
+    h.update(json.dumps(manifests, sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()[:16]  # a change marker, not a credential-length hex

@@ -23,6 +23,7 @@ from .preview import (
     sync_tree,
     write_tree,
 )
+from .runbook import runbook
 
 
 def _print_summary(r: Rendering, quiet: bool) -> None:
@@ -89,6 +90,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if args.render and not diff.empty:
         lines[0] = f"(now rendered) {lines[0]}"
     for line in lines[:1] if args.quiet else lines:
+        print(line)
+    steps = runbook(diff, args.stack)
+    (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
+    for line in steps:
         print(line)
     _print_policies(r, args.quiet)
     print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")

@@ -201,7 +201,10 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if new is None:
         return Change("delete", urn, type_, name, layer)
     paths = changed_paths(old.get("inputs") or {}, new.get("inputs") or {})
-    opt_paths = changed_paths(old.get("options") or {}, new.get("options") or {}, "opts")
+    # A change of dependencies alone is not an update: the engine diffs inputs and the
+    # resource options it acts on, and a component's dependents list all its children.
+    opt_paths = [p for p in changed_paths(old.get("options") or {}, new.get("options") or {},
+                                          "opts") if not p.startswith("opts.dependsOn")]
     if old.get("parent") != new.get("parent"):
         opt_paths.append("parent")
     if not paths and not opt_paths:

@@ -184,3 +184,12 @@ def run_offline(project: Path, *args: str, hashseed: str = "0"
 @pytest.fixture
 def offline_run() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_offline
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    """A copy of this repository without build/, rendered/ or .git, to preview changes in."""
+    dst = tmp_path / "gpu-cluster"
+    shutil.copytree(REPO, dst, ignore=shutil.ignore_patterns(
+        ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", "rendered"))
+    return dst

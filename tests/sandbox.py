@@ -638,6 +638,10 @@ def prod_scripts() -> dict[str, str]:
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
     scripts |= {f"{n.hostname}/kubeadm-join.sh": kubeadm.join_script(cluster, n)
                 for n in cluster.nodes}
+    if cluster.workloads.nccl_test is not None:
+        from components.planning import workloads
+        scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = workloads.nccl_gate_script(
+            cluster, cluster.workloads.nccl_test)
     return dict(sorted(scripts.items()))
 
 

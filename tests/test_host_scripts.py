@@ -179,8 +179,23 @@ def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
         CHECKS[ROLES[host], name](sb, first)
 
 
+# Checks that only read the cluster: rerunning them is a no-op by construction (asserted below).
+READ_ONLY_SCRIPTS = {("control-plane", "nccl-acceptance.sh")}
+
+
 def test_every_rendered_script_is_covered() -> None:
-    assert {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS} == set(CHECKS)
+    rendered = {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS}
+    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS
+
+
+def test_read_only_scripts_only_read() -> None:
+    for key, text in SCRIPTS.items():
+        if (ROLES[key.split("/")[0]], key.split("/")[1]) not in READ_ONLY_SCRIPTS:
+            continue
+        verbs = set(re.findall(r"\bkubectl\s+(?:-n\s+\S+\s+)?([a-z-]+)", text))
+        assert verbs and verbs <= {"get", "logs"}, (key, verbs)
+        for word in ("systemctl", "kubeadm", "apt-get", "mdadm", "mkfs", "rm -rf /"):
+            assert word not in text, (key, word)
 
 
 # --- GPU node: scratch array, kernel arguments, rails ----------------------------------------
@@ -382,3 +397,19 @@ def test_the_sandbox_shadows_every_side_effect_and_isolates_the_host(tmp_path: P
     assert resolved[: len(list(stub_names()))] == [f"/stub/bin/{n}" for n in stub_names()]
     assert "probe" in resolved and "MOUNTED" not in run.stdout
     assert resolved[-1].startswith("BOOT_IMAGE=") and "iommu=pt" not in resolved[-1]
+
+
+@pytest.mark.parametrize(("command", "call"), [
+    ("sysctl", ("sysctl", "--system")),
+    ("update-initramfs", ("update-initramfs", "-u")),
+    ("systemctl restart", ("systemctl", "restart", "containerd")),
+])
+def test_a_failed_follow_up_action_is_retried_on_the_next_run(
+        tmp_path: Path, command: str, call: tuple[str, ...]) -> None:
+    """The file was written before its reload failed; the rerun must still do the reload."""
+    sb = sandbox(tmp_path, GPU)
+    sb.fail_next(command)
+    assert sb.run(script(GPU, "prepare-host.sh")).returncode != 0
+    retry = ok(sb.run(script(GPU, "prepare-host.sh")))
+    assert retry.count(*call) == 1, retry.explain()
+    assert ok(sb.run(script(GPU, "prepare-host.sh"))).count(*call) == 0

@@ -77,3 +77,15 @@ def test_commands_that_print_credentials_keep_them_secret_and_unlogged(
             assert "stdout" in doc["options"]["additionalSecretOutputs"], doc["name"]
             assert doc["inputs"]["logging"] == "none", doc["name"]
     assert seen == printers
+
+
+def test_one_kubernetes_provider_built_from_the_secret_kubeconfig(rendered_copy: Path) -> None:
+    plan = json.loads((rendered_copy / "build/prod/plan.json").read_text())["resources"]
+    providers = [r for r in plan if r["type"] == "pulumi:providers:kubernetes"]
+    assert [p["name"] for p in providers] == ["kubernetes"]
+    assert providers[0]["inputs"]["kubeconfig"] == "[secret]"
+    k8s = [r for r in plan if r["type"].startswith("kubernetes:")]
+    assert len(k8s) > 20
+    assert {r["options"]["provider"] for r in k8s} == {providers[0]["urn"]}
+    stack = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
+    assert stack["pulumi:disable-default-providers"] == ["kubernetes"]

@@ -28,6 +28,11 @@ GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
     "v26.7.0": (31, 35),
 }
 
+# Kubeflow Training Operator: the v1 API (PyTorchJob, MPIJob kubeflow.org/v1) and the
+# --gang-scheduler-name flag the platform sets live on the release-1.9 branch only; master is
+# Trainer v2 (TrainJob). platform/training-operator/kustomization.yaml pins the same ref.
+TRAINING_OPERATOR_SERIES = "v1.9."
+
 # Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
 VOLCANO_HYPERNODE = ("1.12.0",)
 
@@ -82,8 +87,36 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
                f"incompatible with platform.gpuOperator.version {gpu}: {reason}",
                "upgrade the Network Operator (26.4.1 or later) or change the GPU Operator")
 
+    p = cluster.platform
+    if p.cni != "calico":
+        yield ("platform.cni", p.cni, "has no chart settings in this stack (only calico is "
+               "rendered)", "set platform.cni: calico")
+
+    to = p.training_operator.version
+    if not to.startswith(TRAINING_OPERATOR_SERIES):
+        yield ("platform.trainingOperator.version", to,
+               "is not a Training Operator v1.9.x release (the PyTorchJob/MPIJob v1 API and "
+               "--gang-scheduler-name)", "use v1.9.4")
+
+    yield from _lnet_problems(cluster)
+
     vol = cluster.platform.volcano.version
     if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):
         yield ("platform.volcano.version", vol,
                "predates HyperNode network-topology scheduling (Volcano 1.12)",
                "use Volcano 1.12.0 or later (1.15.1 is tested)")
+
+
+def _lnet(net: str) -> str:
+    return net if net[-1:].isdigit() else net + "0"  # o2ib is o2ib0
+
+
+def _lnet_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+    """Lustre MGS NIDs must be on the LNet network the hosts configure, or mounts hang."""
+    want = cluster.storage.lnet_network
+    for i, fs in enumerate(cluster.storage.lustre):
+        for nid in fs.mgs_nids:
+            if "@" not in nid or _lnet(nid.rpartition("@")[2]) != _lnet(want):
+                yield (f"storage.lustre[{i}].mgsNids", nid,
+                       f"is not a NID on LNet network {want} (storage.lnetNetwork)",
+                       f"write it as <address>@{want} or change storage.lnetNetwork")

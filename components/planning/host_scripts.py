@@ -22,7 +22,7 @@ log() {{ printf '[%s] %s\\n' "{hostname}" "$*"; }}
 # Shared steps every Kubernetes node needs; each guarded so a rerun is a no-op.
 KUBE_PREREQS = r"""
 # --- swap off (kubelet refuses to run with swap by default) -------------------------------
-if swapon --show=NAME --noheadings | grep -q .; then
+if [ -n "$(swapon --show=NAME --noheadings)" ]; then
   log "disabling swap"; swapoff -a
 fi
 if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then
@@ -37,12 +37,21 @@ write_if_changed() {  # path content: replace the file only when its content dif
   fi
   return 1
 }
-if write_if_changed /etc/modules-load.d/gpu-cluster.conf "$MODULES"; then
-  for m in $MODULES; do modprobe "$m"; done
-fi
-if write_if_changed /etc/sysctl.d/90-gpu-cluster.conf "$SYSCTLS"; then
-  sysctl --system >/dev/null
-fi
+# The action that follows a changed file (reload, rebuild, restart) is marked pending first and
+# cleared only once it succeeded: a failed run retries it, although the file is now unchanged.
+STATE=/var/lib/gpu-cluster
+mark() { mkdir -p "$STATE"; touch "$STATE/$1.pending"; }
+settle() {
+  local name="$1"; shift
+  [ -e "$STATE/$name.pending" ] || return 0
+  "$@"
+  rm -f "$STATE/$name.pending"
+}
+load_modules() { for m in $MODULES; do modprobe "$m"; done; }
+if write_if_changed /etc/modules-load.d/gpu-cluster.conf "$MODULES"; then mark modules; fi
+settle modules load_modules
+if write_if_changed /etc/sysctl.d/90-gpu-cluster.conf "$SYSCTLS"; then mark sysctl; fi
+settle sysctl sysctl --system
 
 # --- containerd with systemd cgroups ------------------------------------------------------------
 if ! dpkg -s containerd.io >/dev/null 2>&1 && ! dpkg -s containerd >/dev/null 2>&1; then
@@ -51,8 +60,9 @@ fi
 if [ ! -f /etc/containerd/config.toml ] || ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml; then
   mkdir -p /etc/containerd
   containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml
-  systemctl restart containerd
+  mark containerd
 fi
+settle containerd systemctl restart containerd
 systemctl is-enabled --quiet containerd || systemctl enable --now containerd
 
 # --- Kubernetes package repository (pkgs.k8s.io keeps one repository per minor version) -------
@@ -82,25 +92,27 @@ if ! grep -q 'iommu=pt' /proc/cmdline; then
     mkdir -p /etc/default/grub.d
     printf 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' "$KERNEL_ARGS" \
       > /etc/default/grub.d/90-gpu-cluster.cfg
-    update-grub
+    mark grub
     log "kernel arguments staged; they apply at the next planned reboot (drain first)"
   fi
 fi
+settle grub update-grub
 
 # --- drivers: host-installed or left to the GPU and Network Operators ------------------------
 if [ "$GPU_DRIVER" = host ] && ! dpkg -s "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" >/dev/null 2>&1; then
   apt-get install -y "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" nvidia-fabricmanager-"$GPU_DRIVER_BRANCH"
 fi
-if [ "$GPU_DRIVER" = operator ] && lsmod | grep -q '^nouveau'; then
+if [ "$GPU_DRIVER" = operator ] && [ -d /sys/module/nouveau ]; then
   log "nouveau is loaded; blacklisting it for the operator-managed driver"
 fi
 if write_if_changed /etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf 'blacklist nouveau
 options nouveau modeset=0'; then
-  update-initramfs -u
+  mark initramfs
 fi
+settle initramfs update-initramfs -u
 # GPUDirect RDMA: DMA-BUF needs the open kernel modules and nothing else; nvidia-peermem is only
 # loaded when the platform asks for it (legacy MLNX_OFED stacks).
-if [ "$GPUDIRECT_MODE" = peermem ] && [ "$GPU_DRIVER" = host ] && ! lsmod | grep -q '^nvidia_peermem'; then
+if [ "$GPUDIRECT_MODE" = peermem ] && [ "$GPU_DRIVER" = host ] && [ ! -d /sys/module/nvidia_peermem ]; then
   modprobe nvidia-peermem
 fi
 

@@ -1,5 +1,6 @@
 """Platform objects rendered from the model (pure): Helm values, NicClusterPolicy, network
-attachments, Volcano queues and HyperNodes.
+attachments and IP pool, namespaces, MetalLB pool, cert-manager issuers, Volcano queues
+and HyperNodes, the Training Operator kustomization.
 
 The RDMA resource, the attachment names and the pod interface they create are defined once
 here; the workload layer derives NCCL's environment from the same functions, so the two cannot
@@ -13,14 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.config import Chart, Cluster, GpuNode
+from components.config import Chart, Cluster
+from components.planning.fabric.model import FabricPlan
 from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
 
-# Images the Network Operator release deploys (its documented NicClusterPolicy example).
+# Images the Network Operator release deploys: component tags from its chart values
+# (network-operator-v26.4.1) and the DOCA-OFED driver container of the 26.4 platform-support
+# page (docs.nvidia.com/networking/display/kubernetes2640/platform-support.html).
 NETWORK_OPERATOR_IMAGES: dict[str, dict[str, str]] = {
     "26.4.1": {
         "repository": "nvcr.io/nvidia/mellanox",
-        "doca_driver": "doca3.4.1-26.04-1.1.0.0-1",
+        "doca_driver": "doca3.4.0-26.04-0.8.6.0-0",
         "components": "network-operator-v26.4.1",
     },
 }
@@ -29,15 +33,27 @@ RDMA_NETWORK = "ib-rail0"  # the IPoIB attachment pods use for NCCL's bootstrap 
 POD_RDMA_INTERFACE = "net1"  # Multus names the first extra interface net1
 CONNECTX7_DEVICE_ID = "1021"
 MELLANOX_VENDOR = "15b3"
+PER_NODE_BLOCK = 64  # pod addresses per node on the RDMA network (8 GPU pods at most, + slack)
+INGRESS_POOL = "ingress"  # MetalLB IPAddressPool ingress-nginx's Service draws from
+CLUSTER_ISSUER = "cluster-ca"  # cert-manager ClusterIssuer Ingresses name for their TLS
+SELF_SIGNED_ISSUER = "selfsigned"
+GPU_NODE_TERM = {"matchExpressions": [{"key": f"{LABEL_PREFIX}/role", "operator": "In",
+                                       "values": ["gpu-worker"]}]}
 
 
 @dataclass(frozen=True)
 class Release:
-    """A Helm release: chart coordinates from the config plus rendered values."""
+    """A Helm release: chart coordinates from the config plus rendered values.
+
+    `after` names the releases (and the objects registered with them) that must exist first:
+    a chart enabling a ServiceMonitor needs the Prometheus Operator's CRDs, a LoadBalancer
+    Service needs MetalLB's address pool, the GPU Operator's driver needs the DOCA driver.
+    """
 
     name: str
     chart: Chart
     values: Mapping[str, Any]
+    after: tuple[str, ...] = ()
 
 
 def rdma_resource(cluster: Cluster) -> str:
@@ -45,11 +61,50 @@ def rdma_resource(cluster: Cluster) -> str:
     return f"{no.rdma_resource_prefix}/{no.rdma_resource_name}"
 
 
+def rail_netdev(rail: int) -> str:
+    """The IPoIB netdev of rail r on every GPU node (host preparation renames it so)."""
+    return f"ib{rail}"
+
+
+def rails(cluster: Cluster) -> int:
+    return len(cluster.gpu_nodes.template.hcas)
+
+
+def prometheus_url(cluster: Cluster) -> str:
+    # kube-prometheus-stack names its Prometheus Service <release>-kube-prometheus-prometheus.
+    return f"http://prometheus-kube-prometheus-prometheus.{cluster.platform.prometheus.namespace}.svc"
+
+
+def volcano_scheduler_config() -> str:
+    """Gang scheduling plus HyperNode-aware placement (network-topology-aware, Volcano 1.12+):
+    a job's pods are packed into the lowest tier (one SU) that can hold them."""
+    return "\n".join([
+        'actions: "enqueue, allocate, backfill"',
+        "tiers:",
+        "- plugins:",
+        "  - name: priority",
+        "  - name: gang",
+        "    enablePreemptable: false",
+        "  - name: conformance",
+        "- plugins:",
+        "  - name: drf",
+        "    enablePreemptable: false",
+        "  - name: predicates",
+        "  - name: proportion",
+        "  - name: nodeorder",
+        "  - name: binpack",
+        "  - name: network-topology-aware",
+        "",
+    ])
+
+
 def helm_releases(cluster: Cluster) -> list[Release]:
+    """Every chart, in installation order (each release only names releases listed before)."""
     p = cluster.platform
     gpu = p.gpu_operator
     k = cluster.kubernetes
-    releases = [
+    host_mofed = p.network_operator.ofed == "host"
+    return [
         Release("calico", p.calico, {
             "installation": {
                 "cni": {"type": "Calico"},
@@ -60,50 +115,55 @@ def helm_releases(cluster: Cluster) -> list[Release]:
                 },
             },
         }),
-        Release("network-operator", p.network_operator, {
-            "nfd": {"enabled": True},
-            "sriovNetworkOperator": {"enabled": False},
-        }),
-        Release("gpu-operator", gpu, {
-            # Node Feature Discovery comes with the Network Operator; one instance only.
-            "nfd": {"enabled": False},
-            "driver": {
-                "enabled": gpu.driver == "operator",
-                "kernelModuleType": "open",  # DMA-BUF GPUDirect RDMA needs the open modules
-                # DMA-BUF is the default GPUDirect path; nvidia-peermem only with a host MOFED.
-                "rdma": {"enabled": gpu.gpudirect_rdma and p.network_operator.ofed == "host",
-                         "useHostMofed": p.network_operator.ofed == "host"},
-                **({"version": gpu.driver_version} if gpu.driver_version else {}),
-            },
-            "toolkit": {"enabled": True},
-            "devicePlugin": {"enabled": True},
-            "gfd": {"enabled": True},
-            "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": True}},
-            "migManager": {"enabled": gpu.mig_manager},
-            "gds": {"enabled": gpu.gpudirect_storage},
-        }),
-        Release("volcano", p.volcano, {}),
-        Release("metallb", p.metallb, {}),
-        Release("cert-manager", p.cert_manager, {"crds": {"enabled": True}}),
-        Release("ingress-nginx", p.ingress_nginx, {
-            "controller": {"service": {"type": "LoadBalancer"},
-                           "metrics": {"enabled": True}},
-        }),
+        # First after the CNI: its CRDs (ServiceMonitor, PodMonitor) are used by later charts.
         Release("prometheus", p.prometheus, {
             "prometheus": {"prometheusSpec": {
                 # Pick up ServiceMonitors/PodMonitors from every release, not only this one.
                 "serviceMonitorSelectorNilUsesHelmValues": False,
                 "podMonitorSelectorNilUsesHelmValues": False,
             }},
-        }),
+        }, after=("calico",)),
         Release("prometheus-adapter", p.prometheus_adapter, {
-            "prometheus": {"url": f"http://prometheus-kube-prometheus-prometheus."
-                                  f"{p.prometheus.namespace}.svc", "port": 9090},
+            "prometheus": {"url": prometheus_url(cluster), "port": 9090},
             "rules": {"default": False, "custom": adapter_rules(cluster)},
-        }),
-        Release("lustre-csi", p.lustre_csi, {}),
+        }, after=("prometheus",)),
+        Release("cert-manager", p.cert_manager, {"crds": {"enabled": True}}, after=("calico",)),
+        Release("metallb", p.metallb, {}, after=("calico",)),
+        Release("ingress-nginx", p.ingress_nginx, {
+            "controller": {
+                "service": {"type": "LoadBalancer",
+                            "annotations": {"metallb.io/address-pool": INGRESS_POOL}},
+                "metrics": {"enabled": True, "serviceMonitor": {"enabled": True}},
+            },
+        }, after=("metallb", "cert-manager", "prometheus")),
+        Release("network-operator", p.network_operator, {
+            "nfd": {"enabled": True},
+            "sriovNetworkOperator": {"enabled": False},
+        }, after=("calico",)),
+        Release("gpu-operator", gpu, {
+            # Node Feature Discovery comes with the Network Operator; one instance only.
+            "nfd": {"enabled": False},
+            "driver": {
+                "enabled": gpu.driver == "operator",
+                "kernelModuleType": "open",  # DMA-BUF GPUDirect RDMA needs the open modules
+                # DMA-BUF is the GPUDirect RDMA path with the operator's DOCA driver;
+                # nvidia-peermem only with a host MOFED.
+                "rdma": {"enabled": gpu.gpudirect_rdma and host_mofed,
+                         "useHostMofed": host_mofed},
+                **({"version": gpu.driver_version} if gpu.driver_version else {}),
+            },
+            "toolkit": {"enabled": True},
+            "devicePlugin": {"enabled": True},
+            "gfd": {"enabled": True},
+            "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": True}},
+            # Whole GPUs for training: MIG stays off unless the config asks for it.
+            "migManager": {"enabled": gpu.mig_manager},
+            "gds": {"enabled": gpu.gpudirect_storage},
+        }, after=("network-operator", "prometheus")),
+        Release("volcano", p.volcano, {
+            "custom": {"scheduler_config_override": volcano_scheduler_config()},
+        }, after=("calico",)),
     ]
-    return releases
 
 
 def adapter_rules(cluster: Cluster) -> list[dict]:
@@ -131,12 +191,19 @@ def nic_cluster_policy(cluster: Cluster) -> dict:
             "resourceName": no.rdma_resource_name,
             "resourcePrefix": no.rdma_resource_prefix,
             "rdmaHcaMax": 63,
-            # Every ConnectX-7 on InfiniBand: the compute HCAs of all rails.
+            # The compute HCAs only (ib0..ib<n-1>, one per rail), not a storage or management
+            # ConnectX on the same host: one pod resource exposes all rails, as NCCL_IB_HCA
+            # lists them.
             "selectors": {"vendors": [MELLANOX_VENDOR], "deviceIDs": [CONNECTX7_DEVICE_ID],
-                          "linkTypes": ["infiniband"]},
+                          "linkTypes": ["infiniband"],
+                          "ifNames": [rail_netdev(r) for r in range(rails(cluster))]},
         }]
     }
     spec: dict[str, Any] = {
+        # The operator's DaemonSets must run on the tainted GPU nodes, and only there.
+        "tolerations": [gpu_toleration()],
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [GPU_NODE_TERM]}},
         "rdmaSharedDevicePlugin": {
             "image": "k8s-rdma-shared-dev-plugin", "repository": repo, "version": comp,
             "config": json.dumps(device_plugin_config, indent=2, sort_keys=True),
@@ -165,15 +232,23 @@ def nic_cluster_policy(cluster: Cluster) -> dict:
     }
 
 
-def network_attachments(cluster: Cluster, namespaces: list[str]) -> list[dict]:
-    """IPoIB on rail 0 (named ib0 on every GPU node) for NCCL's bootstrap socket."""
-    config = {
+def nad_config(cluster: Cluster) -> dict:
+    """The CNI config of the RDMA attachment: IPoIB on rail 0 for NCCL's bootstrap socket.
+
+    One attachment is enough: NCCL moves data over IB verbs on every HCA the RDMA shared
+    device plugin puts in the pod (all rails); only its out-of-band socket needs an IP
+    interface, and rail 0's IPoIB child (net1 in the pod) is on the fabric every node shares.
+    """
+    return {
         "cniVersion": "0.3.1",
         "name": RDMA_NETWORK,
         "type": "ipoib",
-        "master": "ib0",
+        "master": rail_netdev(0),
         "ipam": {"type": "nv-ipam", "poolName": RDMA_NETWORK},
     }
+
+
+def network_attachments(cluster: Cluster, namespaces: list[str]) -> list[dict]:
     return [
         {
             "apiVersion": "k8s.cni.cncf.io/v1",
@@ -181,15 +256,25 @@ def network_attachments(cluster: Cluster, namespaces: list[str]) -> list[dict]:
             "metadata": {"name": RDMA_NETWORK, "namespace": ns,
                          "annotations": {"k8s.v1.cni.cncf.io/resourceName":
                                          rdma_resource(cluster)}},
-            "spec": {"config": json.dumps(config, sort_keys=True)},
+            "spec": {"config": json.dumps(nad_config(cluster), sort_keys=True)},
         }
         for ns in namespaces
     ]
 
 
 def ip_pool(cluster: Cluster) -> dict:
-    """The IPoIB address pool for pods' rail-0 interface, a block per GPU node."""
+    """The IPoIB address pool for pods' rail-0 interface, a block per GPU node.
+
+    A flat L2 network (every node's rail 0 is on the same subnet), so no gateway and no route.
+    """
     net = cluster.network.rdma_cidr
+    nodes = len(cluster.nodes)
+    block = PER_NODE_BLOCK
+    if (nodes + 1) * block > net.num_addresses:
+        raise ValueError(
+            f"network.rdmaCidr: {net} holds {net.num_addresses} addresses, fewer than "
+            f"{nodes} GPU nodes x {block} pod addresses per node (+ one spare block); "
+            "use a larger rdmaCidr")
     return {
         "apiVersion": "nv-ipam.nvidia.com/v1alpha1",
         "kind": "IPPool",
@@ -197,12 +282,91 @@ def ip_pool(cluster: Cluster) -> dict:
                      "namespace": cluster.platform.network_operator.namespace},
         "spec": {
             "subnet": str(net),
-            "perNodeBlockSize": 64,
-            "gateway": str(net.network_address + 1),
-            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{
-                "key": f"{LABEL_PREFIX}/role", "operator": "In", "values": ["gpu-worker"]}]}]},
+            "perNodeBlockSize": block,
+            "nodeSelector": {"nodeSelectorTerms": [GPU_NODE_TERM]},
         },
     }
+
+
+# ---------------------------------------------------------------- namespaces
+
+
+def training_namespaces(cluster: Cluster) -> list[str]:
+    return sorted({j.namespace for j in cluster.workloads.training} | {"training"})
+
+
+def inference_namespaces(cluster: Cluster) -> list[str]:
+    return sorted(({s.namespace for s in cluster.workloads.inference} | {"inference"})
+                  - set(training_namespaces(cluster)))
+
+
+def namespace(name: str, enforce: str, audit: str, reason: str) -> dict:
+    """A namespace with Pod Security Admission labels (enforce, and warn/audit one level up)."""
+    psa = "pod-security.kubernetes.io"
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {f"{psa}/enforce": enforce, f"{psa}/enforce-version": "latest",
+                       f"{psa}/warn": audit, f"{psa}/warn-version": "latest",
+                       f"{psa}/audit": audit, f"{psa}/audit-version": "latest"},
+            "annotations": {f"{LABEL_PREFIX}/pod-security": reason},
+        },
+    }
+
+
+def namespaces(cluster: Cluster) -> list[dict]:
+    training = [namespace(
+        ns, "privileged", "baseline",
+        "privileged: RDMA pods add IPC_LOCK (pinned memory for the HCAs' DMA), a capability "
+        "the baseline level forbids; warn/audit still report anything else beyond baseline")
+        for ns in training_namespaces(cluster)]
+    inference = [namespace(
+        ns, "baseline", "restricted",
+        "baseline: vLLM pods need no extra capabilities; warn/audit at restricted")
+        for ns in inference_namespaces(cluster)]
+    return sorted(training + inference, key=lambda n: n["metadata"]["name"])
+
+
+# ---------------------------------------------------------------- ingress and metrics
+
+
+def metallb_objects(cluster: Cluster) -> list[dict]:
+    """The address pool ingress-nginx's LoadBalancer Service draws from, announced over L2."""
+    first, last = cluster.network.ingress_pool
+    ns = cluster.platform.metallb.namespace
+    return [
+        {"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+         "metadata": {"name": INGRESS_POOL, "namespace": ns},
+         "spec": {"addresses": [f"{first}-{last}"], "autoAssign": True}},
+        {"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+         "metadata": {"name": INGRESS_POOL, "namespace": ns},
+         "spec": {"ipAddressPools": [INGRESS_POOL]}},
+    ]
+
+
+def cert_manager_objects(cluster: Cluster) -> list[dict]:
+    """A private CA for the cluster's ingress TLS: a self-signed issuer signs the CA
+    certificate, and the `cluster-ca` ClusterIssuer (named by Ingress annotations) signs with
+    it. The CA secret lives in cert-manager's namespace, where ClusterIssuers read secrets."""
+    ns = cluster.platform.cert_manager.namespace
+    return [
+        {"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+         "metadata": {"name": SELF_SIGNED_ISSUER}, "spec": {"selfSigned": {}}},
+        {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+         "metadata": {"name": CLUSTER_ISSUER, "namespace": ns},
+         "spec": {"isCA": True, "commonName": f"{cluster.name} cluster CA",
+                  "secretName": CLUSTER_ISSUER, "duration": "87600h",
+                  "privateKey": {"algorithm": "ECDSA", "size": 256},
+                  "issuerRef": {"name": SELF_SIGNED_ISSUER, "kind": "ClusterIssuer",
+                                "group": "cert-manager.io"}}},
+        {"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+         "metadata": {"name": CLUSTER_ISSUER}, "spec": {"ca": {"secretName": CLUSTER_ISSUER}}},
+    ]
+
+
+# ---------------------------------------------------------------- Volcano
 
 
 def queues(cluster: Cluster) -> list[dict]:
@@ -224,33 +388,107 @@ def queues(cluster: Cluster) -> list[dict]:
     ]
 
 
-def hypernodes(nodes: tuple[GpuNode, ...]) -> list[dict]:
-    """Tier 1 = the nodes of one SU (same leaves); tier 2 = all SUs under the spine layer."""
-    sus = sorted({n.su for n in nodes})
+def su_hypernode(su: int) -> str:
+    """Tier-1 HyperNode of SU n; equals the node label gpucluster.io/su of its members."""
+    return f"su{su}"
+
+
+def hypernodes(plan: FabricPlan) -> list[dict]:
+    """HyperNodes from the fabric plan.
+
+    Tier 1 = the nodes of one SU: every rail of every node in it lands on that SU's leaves, so
+    traffic between them crosses one leaf. Tier 2 = the spine layer above the SUs (one
+    `spine` HyperNode in a two-tier tree; one per pod of spines in a three-tier tree, with a
+    tier-3 `core` above them). Members are listed by name, so a node added, removed or moved to
+    another SU shows up in the preview diff of its HyperNode.
+    """
+    leaves: dict[int, list[str]] = {}
+    pods: dict[int, set[int]] = {}
+    for sw in plan.switches:
+        if sw.role == "leaf" and sw.su is not None:
+            leaves.setdefault(sw.su, []).append(sw.name)
+            if sw.pod is not None:
+                pods.setdefault(sw.pod, set()).add(sw.su)
     objs = [
-        {
-            "apiVersion": "topology.volcano.sh/v1alpha1",
-            "kind": "HyperNode",
-            "metadata": {"name": f"su{su}", "labels": {f"{LABEL_PREFIX}/tier": "1"}},
-            "spec": {
-                "tier": 1,
-                "members": [{"type": "Node", "selector": {"labelMatch": {
-                    "matchLabels": {f"{LABEL_PREFIX}/su": f"su{su}"}}}}],
-            },
-        }
-        for su in sus
+        _hypernode(su_hypernode(su), 1, "su",
+                   [("Node", h) for h in hosts],
+                   {f"{LABEL_PREFIX}/su": su_hypernode(su)},
+                   {f"{LABEL_PREFIX}/switches": ",".join(sorted(leaves.get(su, [])))})
+        for su, hosts in plan.su_members().items()
     ]
-    objs.append({
+    spines = sorted(s.name for s in plan.switches if s.role == "spine")
+    if plan.tiers == 2:
+        objs.append(_hypernode("spine", 2, "spine",
+                               [("HyperNode", su_hypernode(su)) for su in plan.su_members()],
+                               {}, {f"{LABEL_PREFIX}/switches": ",".join(spines)}))
+    else:
+        for pod, sus in sorted(pods.items()):
+            members = [su for su in plan.su_members() if su in sus]
+            pod_spines = [s.name for s in plan.switches if s.role == "spine" and s.pod == pod]
+            objs.append(_hypernode(f"spine-p{pod}", 2, "spine",
+                                   [("HyperNode", su_hypernode(su)) for su in members], {},
+                                   {f"{LABEL_PREFIX}/switches": ",".join(sorted(pod_spines))}))
+        cores = sorted(s.name for s in plan.switches if s.role == "core")
+        objs.append(_hypernode("core", 3, "core",
+                               [("HyperNode", f"spine-p{pod}") for pod in sorted(pods)], {},
+                               {f"{LABEL_PREFIX}/switches": ",".join(cores)}))
+    return objs
+
+
+def _hypernode(name: str, tier: int, tier_name: str, members: list[tuple[str, str]],
+               labels: dict[str, str], annotations: dict[str, str]) -> dict:
+    return {
         "apiVersion": "topology.volcano.sh/v1alpha1",
         "kind": "HyperNode",
-        "metadata": {"name": "spine", "labels": {f"{LABEL_PREFIX}/tier": "2"}},
-        "spec": {
-            "tier": 2,
-            "members": [{"type": "HyperNode", "selector": {"exactMatch": {"name": f"su{su}"}}}
-                        for su in sus],
-        },
-    })
-    return objs
+        "metadata": {"name": name, "labels": {f"{LABEL_PREFIX}/tier": str(tier), **labels},
+                     "annotations": annotations},
+        "spec": {"tier": tier, "tierName": tier_name,
+                 "members": [{"type": t, "selector": {"exactMatch": {"name": n}}}
+                             for t, n in members]},
+    }
+
+
+# ---------------------------------------------------------------- Training Operator
+
+
+def training_operator_kustomization(version: str) -> str:
+    """platform/training-operator/kustomization.yaml: the upstream standalone overlay at the
+    pinned release, plus --gang-scheduler-name=volcano so every PyTorchJob/MPIJob gets a
+    Volcano PodGroup (minMember = runPolicy.schedulingPolicy.minAvailable)."""
+    return TRAINING_OPERATOR_KUSTOMIZATION.format(version=version)
+
+
+def check_training_operator_dir(text: str, version: str) -> None:
+    """The committed kustomization must pin the release the config names."""
+    if text != training_operator_kustomization(version):
+        raise ValueError(
+            f"{TRAINING_OPERATOR_DIR}/kustomization.yaml does not match "
+            f"platform.trainingOperator.version {version}: regenerate it with "
+            "components.planning.platform.training_operator_kustomization(version)")
+
+
+TRAINING_OPERATOR_DIR = "platform/training-operator"
+TRAINING_OPERATOR_KUSTOMIZATION = """\
+# The Kubeflow Training Operator (PyTorchJob, MPIJob kubeflow.org/v1) from its release tag, with
+# gang scheduling through Volcano: the operator creates a scheduling.volcano.sh PodGroup per job.
+# Rendered by components/planning/platform.py::training_operator_kustomization; a test keeps
+# the two equal, and the ref equal to platform.trainingOperator.version.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={version}
+patches:
+  - target:
+      group: apps
+      version: v1
+      kind: Deployment
+      name: training-operator
+      namespace: kubeflow
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/command/-
+        value: --gang-scheduler-name=volcano
+"""
 
 
 def gpu_toleration() -> dict:

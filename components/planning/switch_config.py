@@ -10,12 +10,15 @@ from components.planning.fabric.model import FabricPlan
 
 
 def port_maps(plan: FabricPlan) -> dict[str, dict[int, str]]:
-    """switch -> port -> what the plan cables to it (e.g. 'gpu-node-03 rail 2 (mlx5_4)')."""
+    """switch -> port -> what the plan cables to it and with what, e.g.
+    'gpu-node-03 rail 2 (mlx5_4) [dac in-rack]': a technician reads it on the switch, and the
+    preview's runbook reads it from the diff."""
     maps: dict[str, dict[int, str]] = {s.name: {} for s in plan.switches}
     for cable in plan.cables:
         for here, there in ((cable.a, cable.b), (cable.b, cable.a)):
             if here.is_switch:
-                maps[here.device][here.port] = there.label()
+                maps[here.device][here.port] = (f"{there.label()} "
+                                                f"[{cable.media} {cable.length_class}]")
     return {name: dict(sorted(ports.items())) for name, ports in sorted(maps.items())}
 
 

@@ -1,19 +1,50 @@
-"""Workload objects rendered from the model (pure): training jobs and inference services.
+"""Workload objects rendered from the model (pure): training jobs, the NCCL acceptance test and
+inference services.
 
 NCCL's environment is derived from the inventory (the compute HCAs of the nodes) and from the
-platform layer (the interface the RDMA network attachment creates in the pod), so a job cannot
-name an interface or HCA that is not there.
+platform layer (the RDMA resource, and the interface the RDMA network attachment creates in the
+pod), so a job cannot name an interface or HCA that is not there. Gang scheduling and the
+network-topology constraint are derived from the replica count and the fabric's HyperNodes.
+
+Pod security: inference pods meet the Pod Security Standards' restricted profile. Pods on the
+RDMA fabric need one exception each, written on the pod as `gpucluster.io/pod-security-exceptions`
+(IPC_LOCK, and running as UID 0 so that capability is effective); nothing else is relaxed — no
+privileged containers, no host network/PID/IPC, no hostPath, no privilege escalation.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
+from pathlib import Path
 from typing import Any
 
-from components.config import Cluster, InferenceService, TrainingJob
-from components.planning import platform
+from components.config import Cluster, InferenceService, NcclTest, TrainingJob
+from components.planning import kubeadm, nccl, platform
 from components.planning.storage import claim_name
 
-RDMA_REASON = "IPC_LOCK: RDMA pins (locks) GPU and host memory for the HCAs' DMA"
+EXCEPTIONS_ANNOTATION = "gpucluster.io/pod-security-exceptions"
+RDMA_EXCEPTIONS = {
+    "capabilities.add=IPC_LOCK": "RDMA registers (pins) GPU and host memory for the HCAs' DMA; "
+                                 "without IPC_LOCK ibv_reg_mr fails and NCCL falls back to "
+                                 "sockets",
+    "runAsNonRoot=unset": "Kubernetes adds capabilities to the bounding and permitted sets only; "
+                          "IPC_LOCK is effective for UID 0 alone",
+}
+LAUNCHER_EXCEPTIONS = {
+    "runAsNonRoot=unset": "mpirun runs as the image's root user (OMPI_ALLOW_RUN_AS_ROOT) and "
+                          "execs into root workers; the launcher holds no capabilities at all",
+}
+VOLCANO = "volcano"
+TRAINING_QUEUE = "training"
+INFERENCE_QUEUE = "inference"
+VLLM_PORT = 8000
+VLLM_UID = 1000
+NCCL_TESTS_BIN = "/opt/nccl_tests/build/all_reduce_perf"
+GATE_TIMEOUT_GRACE = 5  # minutes on top of the test's own timeout for pods to start
+
+
+# ---------------------------------------------------------------- NCCL
 
 
 def compute_hcas(cluster: Cluster) -> list[str]:
@@ -27,28 +58,23 @@ def compute_hcas(cluster: Cluster) -> list[str]:
     return [h for _, names in sorted(by_rail.items()) for h in sorted(names)]
 
 
-def nccl_env(cluster: Cluster) -> list[dict[str, str]]:
-    # '=' makes NCCL match HCA names exactly: plain 'mlx5_1' would also select mlx5_10, mlx5_11.
+def nccl_env(cluster: Cluster, debug: str | None = None) -> list[dict[str, str]]:
+    """NCCL's environment for native InfiniBand (no RoCE knobs such as NCCL_IB_GID_INDEX)."""
+    # '=' makes NCCL match names exactly: plain 'mlx5_1' would also select mlx5_10, mlx5_11,
+    # and plain 'net1' any interface starting with net1.
     hcas = "=" + ",".join(f"{h}:1" for h in compute_hcas(cluster))
     env = {
         "NCCL_IB_DISABLE": "0",
         "NCCL_IB_HCA": hcas,
-        "NCCL_SOCKET_IFNAME": platform.POD_RDMA_INTERFACE,
+        "NCCL_SOCKET_IFNAME": "=" + platform.POD_RDMA_INTERFACE,
         # GPU and HCA of a rail share a PCIe switch on DGX-class servers.
         "NCCL_NET_GDR_LEVEL": "PXB",
-        "NCCL_DEBUG": "WARN" if cluster.environment == "production" else "INFO",
+        "NCCL_DEBUG": debug or ("WARN" if cluster.environment == "production" else "INFO"),
     }
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def _volumes(job_claims: dict[str, str], shm: str) -> list[dict]:
-    vols: list[dict[str, Any]] = [
-        {"name": name, "persistentVolumeClaim": {"claimName": claim}}
-        for name, claim in job_claims.items()
-    ]
-    # /dev/shm defaults to 64 MiB in a container; NCCL and data loaders need far more.
-    vols.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
-    return vols
+# ---------------------------------------------------------------- pod building blocks
 
 
 def _rdma_security() -> dict:
@@ -56,14 +82,113 @@ def _rdma_security() -> dict:
             "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
 
 
-def _trainer_container(cluster: Cluster, job: TrainingJob) -> dict:
-    resources = {
-        "nvidia.com/gpu": str(job.gpus_per_node),
-        platform.rdma_resource(cluster): "1",
-        "cpu": str(job.cpu),
-        "memory": job.memory,
+def _restricted_security() -> dict:
+    return {"allowPrivilegeEscalation": False, "privileged": False,
+            "runAsNonRoot": True, "runAsUser": VLLM_UID, "runAsGroup": VLLM_UID,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _shm(size: str) -> dict:
+    # /dev/shm defaults to 64 MiB in a container; NCCL and data loaders need far more.
+    return {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
+def _claims(claims: dict[str, str]) -> list[dict]:
+    return [{"name": name, "persistentVolumeClaim": {"claimName": claim}}
+            for name, claim in claims.items()]
+
+
+def _mount_root(path: str) -> str:
+    return "/" + path.strip("/").split("/")[0]
+
+
+def _whole_node_resources(cluster: Cluster, gpus: int, cpu: int | str, memory: str) -> dict:
+    res = {"nvidia.com/gpu": str(gpus), platform.rdma_resource(cluster): "1",
+           "cpu": str(cpu), "memory": memory}
+    return {"requests": res, "limits": dict(res)}
+
+
+def su_label_key(cluster: Cluster) -> str:
+    """The node label whose value names a node's tier-1 HyperNode (its SU).
+
+    Bootstrap labels every GPU node with its SU, and the platform names the SU's tier-1
+    HyperNode the same way (tests check the two agree node by node).
+    """
+    return f"{kubeadm.LABEL_PREFIX}/su"
+
+
+def largest_su(cluster: Cluster) -> int:
+    counts: dict[int, int] = {}
+    for n in cluster.nodes:
+        counts[n.su] = counts.get(n.su, 0) + 1
+    return max(counts.values())
+
+
+def topology_affinity(cluster: Cluster, group: dict[str, str], nodes: int,
+                      mode: str = "hard") -> dict | None:
+    """Keep a gang inside one tier-1 HyperNode (an SU: one hop through its leaves).
+
+    Volcano's own constraint is PodGroup `spec.networkTopology`, but Training Operator v1.9
+    creates the PodGroup of a PyTorchJob/MPIJob itself and rewrites its spec on every sync
+    (minMember, queue, priorityClassName, minResources only), and Volcano reads the
+    `volcano.sh/network-topology-*` annotations only from pods it makes PodGroups for. So the
+    same tier-1 constraint is expressed as pod affinity on the label the tier-1 HyperNodes
+    select (Volcano's predicates plugin evaluates it for every pod of the gang). A job larger
+    than an SU crosses the spine (tier 2, the whole fabric): nothing to constrain.
+    """
+    if nodes <= 1 or nodes > largest_su(cluster):
+        return None
+    term = {"labelSelector": {"matchLabels": group}, "topologyKey": su_label_key(cluster)}
+    if mode == "hard":
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": term}]}}
+
+
+def _gpu_pod_spec(cluster: Cluster, containers: list[dict], volumes: list[dict],
+                  affinity: dict | None) -> dict:
+    spec: dict[str, Any] = {
+        "schedulerName": VOLCANO,
+        "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
+        "tolerations": [platform.gpu_toleration()],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": volumes,
     }
-    args = [
+    if affinity:
+        spec["affinity"] = affinity
+    return spec
+
+
+def _rdma_metadata(labels: dict[str, str]) -> dict:
+    return {
+        "labels": labels,
+        "annotations": {
+            "k8s.v1.cni.cncf.io/networks": platform.RDMA_NETWORK,
+            EXCEPTIONS_ANNOTATION: json.dumps(RDMA_EXCEPTIONS, sort_keys=True),
+        },
+    }
+
+
+def _run_policy(job_backoff: int, min_available: int) -> dict:
+    return {
+        "backoffLimit": job_backoff,
+        "cleanPodPolicy": "None",  # keep finished pods' logs (the NCCL gate reads them)
+        # Gang scheduling: Volcano starts all pods or none.
+        "schedulingPolicy": {"minAvailable": min_available, "queue": TRAINING_QUEUE},
+    }
+
+
+# ---------------------------------------------------------------- training
+
+
+def _job_labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "training"}
+
+
+def _training_args(job: TrainingJob) -> list[str]:
+    return [
         job.script,
         f"--model={job.model}",
         f"--tensor-parallel-size={job.tensor_parallel}",
@@ -75,47 +200,44 @@ def _trainer_container(cluster: Cluster, job: TrainingJob) -> dict:
         f"--dataset={job.dataset_path}",
         f"--output={job.checkpoint_path}",
     ]
+
+
+def _training_mounts(job: TrainingJob) -> list[dict]:
+    return [
+        {"name": "dataset", "mountPath": _mount_root(job.dataset_path), "readOnly": True},
+        {"name": "checkpoints", "mountPath": _mount_root(job.checkpoint_path)},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+
+
+def _training_volumes(job: TrainingJob) -> list[dict]:
+    return _claims({"dataset": claim_name(job.dataset),
+                    "checkpoints": claim_name(job.checkpoints)}) + [_shm(job.shm_size)]
+
+
+def _training_template(cluster: Cluster, job: TrainingJob, container: dict) -> dict:
+    labels = _job_labels(job.name)
     return {
-        "name": "pytorch",  # the Training Operator looks for this container name
-        "image": job.image,
-        "command": ["torchrun"],  # nnodes, nproc and rendezvous come from the operator's PET_*
-        "args": args,
-        "env": nccl_env(cluster),
-        "resources": {"requests": resources, "limits": resources},
-        "securityContext": _rdma_security(),
-        "volumeMounts": [
-            {"name": "dataset", "mountPath": _mount_root(job.dataset_path), "readOnly": True},
-            {"name": "checkpoints", "mountPath": _mount_root(job.checkpoint_path)},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-        ],
-    }
-
-
-def _mount_root(path: str) -> str:
-    return "/" + path.strip("/").split("/")[0]
-
-
-def _pod_template(cluster: Cluster, job: TrainingJob) -> dict:
-    return {
-        "metadata": {
-            "labels": {"app.kubernetes.io/name": job.name},
-            "annotations": {"k8s.v1.cni.cncf.io/networks": platform.RDMA_NETWORK,
-                            "gpucluster.io/capabilities": RDMA_REASON},
-        },
-        "spec": {
-            "schedulerName": "volcano",
-            "nodeSelector": {"nvidia.com/gpu.product":
-                             cluster.gpu_nodes.template.gpu.product_label},
-            "tolerations": [platform.gpu_toleration()],
-            "containers": [_trainer_container(cluster, job)],
-            "volumes": _volumes({"dataset": claim_name(job.dataset),
-                                 "checkpoints": claim_name(job.checkpoints)}, job.shm_size),
-        },
+        "metadata": _rdma_metadata(labels),
+        "spec": _gpu_pod_spec(cluster, [container], _training_volumes(job),
+                              topology_affinity(cluster, labels, job.nodes, job.topology)),
     }
 
 
 def pytorchjob(cluster: Cluster, job: TrainingJob) -> dict:
-    template = _pod_template(cluster, job)
+    container = {
+        "name": "pytorch",  # the Training Operator looks for this container name
+        "image": job.image,
+        # torchrun takes nnodes, nproc-per-node, node rank and the rendezvous (master address
+        # and port, or c10d endpoint when elastic) from the operator's PET_* variables.
+        "command": ["torchrun"],
+        "args": _training_args(job),
+        "env": nccl_env(cluster),
+        "resources": _whole_node_resources(cluster, job.gpus_per_node, job.cpu, job.memory),
+        "securityContext": _rdma_security(),
+        "volumeMounts": _training_mounts(job),
+    }
+    template = _training_template(cluster, job, container)
     elastic = job.elastic_min_nodes is not None and job.elastic_min_nodes < job.nodes
     if elastic:
         replicas = {"Worker": {"replicas": job.nodes, "restartPolicy": "OnFailure",
@@ -128,33 +250,191 @@ def pytorchjob(cluster: Cluster, job: TrainingJob) -> dict:
         }
     spec: dict[str, Any] = {
         "nprocPerNode": str(job.gpus_per_node),
-        "runPolicy": {
-            "backoffLimit": job.backoff_limit,
-            "cleanPodPolicy": "None",
-            # Gang scheduling: Volcano starts all pods or none.
-            "schedulingPolicy": {"minAvailable": (job.elastic_min_nodes if elastic
-                                                  else job.nodes),
-                                 "queue": "training"},
-        },
+        "runPolicy": _run_policy(job.backoff_limit,
+                                 job.elastic_min_nodes if elastic else job.nodes),
         "pytorchReplicaSpecs": replicas,
     }
     if elastic:
         spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": job.elastic_min_nodes,
                                  "maxReplicas": job.nodes, "maxRestarts": job.backoff_limit}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": job.name, "namespace": job.namespace}, "spec": spec}
+
+
+def _launcher(image: str, command: str, env: list[dict]) -> dict:
+    """The mpirun pod: CPU only, may run on a GPU node (it tolerates the taint, asks no GPU)."""
+    res = {"cpu": "2", "memory": "4Gi"}
     return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": job.name, "namespace": job.namespace},
-        "spec": spec,
+        "metadata": {"annotations": {EXCEPTIONS_ANNOTATION: json.dumps(LAUNCHER_EXCEPTIONS)}},
+        "spec": {
+            "schedulerName": VOLCANO,
+            "tolerations": [platform.gpu_toleration()],
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "launcher",
+                "image": image,
+                "command": ["/bin/bash", "-c"],
+                "args": [command],
+                "env": env + [{"name": "OMPI_ALLOW_RUN_AS_ROOT", "value": "1"},
+                              {"name": "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "value": "1"}],
+                "resources": {"requests": res, "limits": dict(res)},
+                "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
     }
 
 
+def _mpirun(env: list[dict], np: int, per_node: int, program: list[str]) -> str:
+    """mpirun over the workers (the operator's kubectl-exec agent), forwarding NCCL's env."""
+    forward = " ".join(f"-x {e['name']}" for e in env)
+    return (f"mpirun --allow-run-as-root -np {np} -npernode {per_node} --bind-to none "
+            f"-x LD_LIBRARY_PATH -x PATH {forward} " + shlex.join(program))
+
+
+def mpijob(cluster: Cluster, job: TrainingJob) -> dict:
+    """A DeepSpeed-style launcher job: one mpirun launcher plus one whole-node pod per node."""
+    env = nccl_env(cluster)
+    ranks = job.nodes * job.gpus_per_node
+    worker = {
+        "name": "worker",
+        "image": job.image,
+        "command": ["sleep", "infinity"],  # ranks are started by mpirun through kubectl exec
+        "env": env,
+        "resources": _whole_node_resources(cluster, job.gpus_per_node, job.cpu, job.memory),
+        "securityContext": _rdma_security(),
+        "volumeMounts": _training_mounts(job),
+    }
+    program = ["python3", *_training_args(job)]
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
+        "metadata": {"name": job.name, "namespace": job.namespace},
+        "spec": {
+            "slotsPerWorker": job.gpus_per_node,
+            # Gang: the launcher and every worker, or nothing.
+            "runPolicy": _run_policy(job.backoff_limit, job.nodes + 1),
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                             "template": _launcher(job.image,
+                                                   _mpirun(env, ranks, job.gpus_per_node,
+                                                           program), env)},
+                "Worker": {"replicas": job.nodes, "restartPolicy": "OnFailure",
+                           "template": _training_template(cluster, job, worker)},
+            },
+        },
+    }
+
+
+def training_objects(cluster: Cluster, job: TrainingJob) -> list[dict]:
+    return [mpijob(cluster, job) if job.launcher == "mpijob" else pytorchjob(cluster, job)]
+
+
+# ---------------------------------------------------------------- NCCL acceptance test
+
+
+def nccl_test_nodes(cluster: Cluster, test: NcclTest) -> int:
+    return test.nodes or len(cluster.nodes)
+
+
+def nccl_floor_gbs(cluster: Cluster, test: NcclTest) -> float:
+    t = cluster.gpu_nodes.template
+    return nccl.busbw_floor_gbs(nccl_test_nodes(cluster, test), t.gpu.count, t.link_gbps,
+                                test.min_efficiency)
+
+
+def nccl_test_mpijob(cluster: Cluster, test: NcclTest) -> dict:
+    """all_reduce_perf across the GPU nodes: one rank per GPU, NCCL_DEBUG=INFO for the checker."""
+    nodes = nccl_test_nodes(cluster, test)
+    gpus = cluster.gpu_nodes.template.gpu.count
+    env = nccl_env(cluster, debug="INFO") + [
+        {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,ENV,NET,GRAPH"}]
+    program = [NCCL_TESTS_BIN, "-b", test.min_bytes, "-e", test.max_bytes, "-f", "2", "-g", "1"]
+    labels = {"app.kubernetes.io/name": test.name, "app.kubernetes.io/component": "nccl-test"}
+    worker = {
+        "name": "worker",
+        "image": test.image,
+        "command": ["sleep", "infinity"],
+        "env": env,
+        "resources": _whole_node_resources(cluster, gpus, 16, "64Gi"),
+        "securityContext": _rdma_security(),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
+        "metadata": {"name": test.name, "namespace": test.namespace,
+                     "labels": {"app.kubernetes.io/component": "nccl-test"}},
+        "spec": {
+            "slotsPerWorker": gpus,
+            "runPolicy": {**_run_policy(0, nodes + 1),
+                          "activeDeadlineSeconds": test.timeout_minutes * 60},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                             "template": _launcher(test.image,
+                                                   _mpirun(env, nodes * gpus, gpus, program),
+                                                   env)},
+                "Worker": {"replicas": nodes, "restartPolicy": "Never",
+                           "template": {
+                               "metadata": _rdma_metadata(labels),
+                               "spec": _gpu_pod_spec(cluster, [worker], [_shm("32Gi")],
+                                                     None)}},
+            },
+        },
+    }
+
+
+def nccl_gate_script(cluster: Cluster, test: NcclTest) -> str:
+    """Run on the control plane after the MPIJob is applied: wait for it, check its log.
+
+    The checker (components/planning/nccl.py, standard library only) travels inside the script,
+    so the control plane needs nothing but kubectl, the admin kubeconfig and python3.
+    """
+    nodes = nccl_test_nodes(cluster, test)
+    ranks = nodes * cluster.gpu_nodes.template.gpu.count
+    checker = Path(nccl.__file__).read_text()
+    ns, name = shlex.quote(test.namespace), shlex.quote(test.name)
+    deadline = (test.timeout_minutes + GATE_TIMEOUT_GRACE) * 60
+    return f"""#!/usr/bin/env bash
+# NCCL acceptance gate for MPIJob {test.namespace}/{test.name}: {nodes} nodes, {ranks} ranks,
+# bus bandwidth floor {nccl_floor_gbs(cluster, test)} GB/s.
+set -euo pipefail
+export KUBECONFIG=/etc/kubernetes/admin.conf
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/nccl_check.py" <<'NCCL_CHECK_EOF'
+{checker}NCCL_CHECK_EOF
+state=""
+for _ in $(seq 1 {deadline // 10}); do
+  state=$(kubectl -n {ns} get mpijob {name} -o \\
+    jsonpath='{{range .status.conditions[?(@.status=="True")]}}{{.type}} {{end}}' || true)
+  case "$state" in *Succeeded*|*Failed*) break ;; esac
+  sleep 10
+done
+launcher=$(kubectl -n {ns} get pods -o name \\
+  -l training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=launcher \\
+  | head -n 1)
+if [ -z "$launcher" ]; then
+  echo "FAIL: MPIJob {test.name} has no launcher pod (state: ${{state:-pending}})" >&2
+  exit 1
+fi
+kubectl -n {ns} logs "$launcher" >"$work/launcher.log" || true
+case "$state" in
+  *Succeeded*) ;;
+  *) echo "FAIL: MPIJob {test.name} did not succeed (state: ${{state:-timed out}})" >&2
+     tail -n 50 "$work/launcher.log" >&2 || true
+     exit 1 ;;
+esac
+python3 "$work/nccl_check.py" "$work/launcher.log" --ranks {ranks} --nodes {nodes} \\
+  --min-busbw {nccl_floor_gbs(cluster, test)} --min-bytes {nccl.GIB}
+"""
+
+
+# ---------------------------------------------------------------- inference
+
+
 def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
-    labels = {"app.kubernetes.io/name": svc.name}
+    labels = {"app.kubernetes.io/name": svc.name, "app.kubernetes.io/component": "inference"}
     ns = svc.namespace
-    resources = {"nvidia.com/gpu": str(svc.gpus_per_pod), "cpu": str(svc.cpu),
-                 "memory": svc.memory}
-    port = 8000
+    res = {"nvidia.com/gpu": str(svc.gpus_per_pod), "cpu": str(svc.cpu), "memory": svc.memory}
     container = {
         "name": "vllm",
         "image": svc.image,
@@ -165,27 +445,47 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
             f"--max-model-len={svc.max_model_len}",
             f"--gpu-memory-utilization={svc.gpu_memory_utilization}",
             "--dtype=bfloat16",
-            f"--port={port}",
+            f"--port={VLLM_PORT}",
         ],
-        "ports": [{"name": "http", "containerPort": port}],
-        "resources": {"requests": resources, "limits": resources},
-        # A 70B model takes minutes to load: the startup probe allows up to 30 min before the
-        # liveness probe may restart anything.
+        # Non-root: caches (torch.compile, Triton, Hugging Face) go to a writable emptyDir.
+        "env": [{"name": "HOME", "value": "/cache"},
+                {"name": "XDG_CACHE_HOME", "value": "/cache"},
+                {"name": "HF_HOME", "value": "/cache/huggingface"},
+                {"name": "VLLM_CACHE_ROOT", "value": "/cache/vllm"},
+                {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": VLLM_PORT}],
+        "resources": {"requests": res, "limits": dict(res)},
+        # vLLM serves HTTP only once the weights are loaded: /health answers 200 from then on
+        # while the engine is alive, /v1/models lists the served model. A 70B model (~140 GB
+        # bf16 from Lustre, plus CUDA-graph capture) takes several minutes: the startup probe
+        # allows 30 min before the liveness probe may restart anything.
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
-                         "periodSeconds": 10, "failureThreshold": 180},
+                         "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 180},
         "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "http"},
-                           "periodSeconds": 10, "failureThreshold": 3},
+                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"},
-                          "periodSeconds": 30, "failureThreshold": 3},
-        "securityContext": {"allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+                          "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4},
+        "securityContext": _restricted_security(),
         "volumeMounts": [
             {"name": "weights", "mountPath": _mount_root(svc.model_path), "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "cache", "mountPath": "/cache"},
         ],
     }
     a = svc.autoscaling
+    pod_spec = {
+        "schedulerName": VOLCANO,  # one scheduler for every GPU pod; the inference queue
+        "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
+        "tolerations": [platform.gpu_toleration()],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": VLLM_UID,
+                            "runAsGroup": VLLM_UID, "fsGroup": VLLM_UID,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 120,
+        "containers": [container],
+        "volumes": _claims({"weights": claim_name(svc.weights)}) + [
+            _shm(svc.shm_size), {"name": "cache", "emptyDir": {"sizeLimit": "64Gi"}}],
+    }
     return [
         {"apiVersion": "apps/v1", "kind": "Deployment",
          "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
@@ -195,25 +495,21 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
              "strategy": {"type": "RollingUpdate",
                           "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
              "template": {
-                 "metadata": {"labels": labels},
-                 "spec": {
-                     "nodeSelector": {"nvidia.com/gpu.product":
-                                      cluster.gpu_nodes.template.gpu.product_label},
-                     "tolerations": [platform.gpu_toleration()],
-                     "terminationGracePeriodSeconds": 120,
-                     "containers": [container],
-                     "volumes": _volumes({"weights": claim_name(svc.weights)}, svc.shm_size),
-                 },
+                 "metadata": {"labels": labels,
+                              "annotations": {"scheduling.volcano.sh/queue-name":
+                                              INFERENCE_QUEUE}},
+                 "spec": pod_spec,
              },
          }},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
          "spec": {"type": "ClusterIP", "selector": labels,
-                  "ports": [{"name": "http", "port": port, "targetPort": "http"}]}},
+                  "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http"}]}},
         {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-         "metadata": {"name": svc.name, "namespace": ns,
+         "metadata": {"name": svc.name, "namespace": ns, "labels": labels,
                       "annotations": {
                           "cert-manager.io/cluster-issuer": "cluster-ca",
+                          # Long generations stream for minutes.
                           "nginx.ingress.kubernetes.io/proxy-read-timeout": "300",
                           "nginx.ingress.kubernetes.io/proxy-send-timeout": "300"}},
          "spec": {"ingressClassName": "nginx",
@@ -221,26 +517,34 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
                   "rules": [{"host": svc.host, "http": {"paths": [{
                       "path": "/", "pathType": "Prefix",
                       "backend": {"service": {"name": svc.name,
-                                              "port": {"number": port}}}}]}}]}},
+                                              "port": {"number": VLLM_PORT}}}}]}}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-         "metadata": {"name": svc.name, "namespace": ns},
+         "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+        {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+         "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
+         # vLLM exposes Prometheus metrics (vllm:num_requests_waiting, ...) on /metrics.
+         "spec": {"selector": {"matchLabels": labels},
+                  "podMetricsEndpoints": [{"port": "http", "path": "/metrics",
+                                           "interval": "15s"}]}},
         {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-         "metadata": {"name": svc.name, "namespace": ns},
+         "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
          "spec": {
              "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
                                 "name": svc.name},
              "minReplicas": a.min_replicas,
              "maxReplicas": a.max_replicas,
+             # vllm:num_requests_waiting, per pod through the Prometheus adapter's rule.
              "metrics": [{"type": "Pods", "pods": {
                  "metric": {"name": a.metric},
                  "target": {"type": "AverageValue", "averageValue": str(a.target_average)}}}],
              "behavior": {
                  "scaleUp": {"stabilizationWindowSeconds": a.scale_up_window_seconds,
-                             "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+                             "policies": [{"type": "Pods", "value": a.scale_up_pods,
+                                           "periodSeconds": a.scale_up_period_seconds}]},
                  "scaleDown": {"stabilizationWindowSeconds": a.scale_down_window_seconds,
-                               "policies": [{"type": "Pods", "value": 1,
-                                             "periodSeconds": 300}]},
+                               "policies": [{"type": "Pods", "value": a.scale_down_pods,
+                                             "periodSeconds": a.scale_down_period_seconds}]},
              },
          }},
     ]

@@ -1,14 +1,22 @@
 """gpu-guardrails: policy rules for the gpu-cluster stack.
 
-Import this package (not `policies/__main__.py`, which serves the pack and blocks). Adding a rule
-is one decorated function in `rules.py` (see `registry.py`). Levels can be overridden per rule
-with a policy config (`{"<rule>": "advisory" | {"enforcementLevel": "…"}}`): `INITIAL_CONFIG`
-below, `pulumi preview --policy-pack-config`, or `python -m offline preview --policy-config`.
+Import this package (not `policies/__main__.py`, which serves the pack and blocks). A rule is
+one decorated function (see `registry.py`) in the module of its domain: `rules.py` (images,
+charts, checkpoints, SSH, GPU requests), `rules_k8s.py` (training, RDMA, NCCL, inference,
+security), `rules_fabric.py` (InfiniBand), `rules_bootstrap.py` (kubeadm, providers, versions).
+Levels can be overridden per rule with a policy config (`{"<rule>": "advisory" |
+{"enforcementLevel": "…", <properties>}}`): `INITIAL_CONFIG` below, `pulumi preview
+--policy-pack-config`, or `python -m offline preview --policy-config`. `python -m
+gpu_guardrails.docs` (from policies/) prints the rules table written to policies/RULES.md.
 """
 
 from pulumi_policy import EnforcementLevel
 
-from . import rules as _rules  # noqa: F401  (importing registers the rules)
+# Importing the rule modules registers the rules, in this order.
+from . import rules as _rules  # noqa: F401
+from . import rules_bootstrap as _rules_bootstrap  # noqa: F401
+from . import rules_fabric as _rules_fabric  # noqa: F401
+from . import rules_k8s as _rules_k8s  # noqa: F401
 from .registry import REGISTRY
 
 POLICIES = list(REGISTRY)

@@ -21,6 +21,8 @@ from pulumi_policy import (
 )
 
 REGISTRY: list[ResourceValidationPolicy | StackValidationPolicy] = []
+# rule id -> the decorated function (its docstring is the rule's reason).
+DOCS: dict[str, Callable[..., None]] = {}
 
 ResourceCheck = Callable[[ResourceValidationArgs, ReportViolation], None]
 StackCheck = Callable[[StackValidationArgs, ReportViolation], None]
@@ -50,11 +52,12 @@ def resource_rule(
             raise ValueError(f"rule {name!r} needs a docstring giving its reason")
 
         def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-            if applies(args.resource_type):
+            if applies(args.resource_type) and not suppressed(name, args, args.name, args.props):
                 fn(args, report)
 
         _register(ResourceValidationPolicy(
             name=name, description=description, validate=validate, enforcement_level=level))
+        DOCS[name] = fn
         return fn
 
     return wrap
@@ -68,11 +71,56 @@ def stack_rule(
     def wrap(fn: StackCheck) -> StackCheck:
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {name!r} needs a docstring giving its reason")
+        def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+            by_urn = {r.urn: r for r in args.resources}
+
+            def filtered(message: str, urn: str | None = None) -> None:
+                res = by_urn.get(urn or "")
+                if res is None or not suppressed(name, args, res.name, res.props):
+                    report(message, urn)
+
+            fn(args, filtered)
+
         _register(StackValidationPolicy(
-            name=name, description=description, validate=fn, enforcement_level=level))
+            name=name, description=description, validate=validate, enforcement_level=level))
+        DOCS[name] = fn
         return fn
 
     return wrap
+
+
+def policy_config(args: Any) -> Any:
+    """The rule's policy-config properties (None when there are none, as in the analyzer)."""
+    getter = getattr(args, "get_config", None)
+    return getter() if callable(getter) else None
+
+
+SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
+
+
+def suppressed(rule: str, args: Any, resource_name: str, props: Any) -> bool:
+    """A rule is suppressed for one resource, with a reason, by either
+    * the policy config: `{"<rule>": {"suppress": [{"name": "<resource name or glob>",
+      "reason": "..."}]}}` (resource name = the Pulumi name or metadata.name), or
+    * an annotation on the object: `gpucluster.io/policy-suppress: "<rule>: <reason>"`
+      (several separated by ';').
+    An entry without a reason suppresses nothing."""
+    meta_name = get(props, "metadata", "name")
+    names = {resource_name, meta_name} - {None}
+    conf = policy_config(args)
+    entries = conf.get("suppress") if isinstance(conf, Mapping) else None
+    for entry in entries if is_list(entries) else ():
+        pattern, reason = get(entry, "name"), get(entry, "reason")
+        if (isinstance(pattern, str) and isinstance(reason, str) and reason.strip()
+                and any(fnmatch.fnmatchcase(str(n), pattern) for n in names)):
+            return True
+    note = get(props, "metadata", "annotations", SUPPRESS_ANNOTATION)
+    if isinstance(note, str):
+        for item in note.split(";"):
+            rid, _, reason = item.partition(":")
+            if rid.strip() == rule and reason.strip():
+                return True
+    return False
 
 
 def get(obj: Any, *path: Any) -> Any:

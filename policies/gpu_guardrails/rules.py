@@ -1,10 +1,10 @@
-"""The rules. Props are resource inputs as the engine sees them: camelCase keys, numbers as
-floats, secrets as plaintext, read-only mappings that raise on values unknown during preview."""
+"""Core rules (images, charts, checkpoints, SSH, GPU requests). Props are resource inputs
+as the engine sees them: camelCase keys, numbers as floats, secrets as plaintext, read-only
+mappings that raise on values unknown during preview."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 from pulumi_policy import (
@@ -14,48 +14,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from .registry import get, is_list, is_map, resource_rule, stack_rule
-
-WORKLOAD_TYPES = (
-    "kubernetes:core/v1:Pod",
-    "kubernetes:apps/v1:Deployment",
-    "kubernetes:apps/v1:StatefulSet",
-    "kubernetes:apps/v1:DaemonSet",
-    "kubernetes:batch/v1:Job",
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:kubeflow.org/v1:MPIJob",
-)
-
-
-def pod_specs(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
-    """(path, pod spec) for every pod template a workload object carries."""
-    if type_ == "kubernetes:core/v1:Pod":
-        spec = get(props, "spec")
-        if is_map(spec):
-            yield "spec", spec
-        return
-    if type_.startswith("kubernetes:kubeflow.org/"):
-        for field in ("pytorchReplicaSpecs", "mpiReplicaSpecs"):
-            replicas = get(props, "spec", field)
-            if is_map(replicas):
-                for role in sorted(replicas):
-                    spec = get(replicas, role, "template", "spec")
-                    if is_map(spec):
-                        yield f"spec.{field}.{role}.template.spec", spec
-        return
-    spec = get(props, "spec", "template", "spec")
-    if is_map(spec):
-        yield "spec.template.spec", spec
-
-
-def containers(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
-    for path, spec in pod_specs(type_, props):
-        for field in ("initContainers", "containers"):
-            items = get(spec, field)
-            if is_list(items):
-                for i, c in enumerate(items):
-                    if is_map(c):
-                        yield f"{path}.{field}[{i}]", c
+from .common import WORKLOAD_TYPES, containers, qty
+from .registry import get, resource_rule, stack_rule
 
 
 def _image_unpinned(image: str) -> str | None:
@@ -174,15 +134,6 @@ def ssh_host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -
                "(ssh-keyscan)")
 
 
-def _qty(value: Any) -> Any:
-    # Numbers arrive as floats: 8 and 8.0 and "8" are the same quantity.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return value
-
-
 @resource_rule(
     "gpu-requests-equal-limits",
     "Containers asking for nvidia.com/gpu set limits, and requests equal to them",
@@ -193,11 +144,33 @@ def gpu_requests_equal_limits(args: ResourceValidationArgs, report: ReportViolat
     """GPUs are an extended resource: Kubernetes rejects requests that differ from limits, and a
     request without a limit is not scheduled onto a GPU at all — found only at apply time."""
     for path, c in containers(args.resource_type, args.props):
-        req = _qty(get(c, "resources", "requests", "nvidia.com/gpu"))
-        lim = _qty(get(c, "resources", "limits", "nvidia.com/gpu"))
+        req = qty(get(c, "resources", "requests", "nvidia.com/gpu"))
+        lim = qty(get(c, "resources", "limits", "nvidia.com/gpu"))
         if req is None and lim is None:
             continue
         if lim is None:
             report(f"{path} requests nvidia.com/gpu={req} without a limit")
         elif req is not None and req != lim:
             report(f"{path} nvidia.com/gpu request {req} differs from limit {lim}")
+
+
+def _access_modes(props: Any) -> list[str]:
+    modes = get(props, "spec", "accessModes")
+    return [m for m in modes if isinstance(m, str)] if modes is not None else []
+
+
+@resource_rule(
+    "checkpoint-volume-rwx",
+    "Checkpoint volumes and claims are ReadWriteMany",
+    EnforcementLevel.MANDATORY,
+    ("kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim"),
+)
+def checkpoint_volume_rwx(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Every rank of every node writes its shard of a checkpoint at once; a ReadWriteOnce
+    volume mounts on one node only, so the job's other pods never start (or cannot save)."""
+    labels = get(args.props, "metadata", "labels", "gpucluster.io/purpose")
+    if "checkpoint" not in _name(args) and labels != "checkpoints":
+        return
+    modes = _access_modes(args.props)
+    if "ReadWriteMany" not in modes:
+        report(f"spec.accessModes is {modes}; checkpoints need ReadWriteMany")

@@ -1,0 +1,85 @@
+"""Facts the policy pack needs that no Kubernetes object carries (pure, no pulumi import).
+
+The fabric component publishes `fabric_facts(...)` as its ComponentResource props (under the
+key `facts`), so CrossGuard resource rules on `gpucluster:fabric:InfinibandFabric` read them
+under `pulumi preview --policy-pack policies` and in the offline preview alike. They are
+derived from the very texts the component pushes to the devices — the switch CLI (one port
+description per cable) and the subnet-manager files — so a rule checks what will be applied,
+not what a planner believes. Keys are strings (props are JSON-like); counts are ints (the
+engine hands them to rules as floats).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_PORT_LINE = re.compile(r'^interface ib 1/(\d+) description "(.*)"\s*$')
+_HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)(?: \[[^\]]*\])?$")
+_SWITCH_PEER = re.compile(r"^(\S+) port (\d+)(?: \[[^\]]*\])?$")
+_PKEY_LINE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(0x[0-9a-fA-F]+)\b")
+_SM_PRIORITY = re.compile(r"^\s*sm_priority\s+(\d+)\s*$", re.M)
+
+
+def switch_port_descriptions(cli: str) -> dict[int, str]:
+    """port -> description, from MLNX-OS `interface ib 1/<port> description "..."` lines."""
+    out: dict[int, str] = {}
+    for line in cli.splitlines():
+        m = _PORT_LINE.match(line.strip())
+        if m:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def fabric_facts(switch_cli: Mapping[str, str],
+                 sm_files: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    """Summary of the fabric as configured: per switch its role, host- and switch-facing ports
+    and highest port used; per host and rail the switches and HCA it is cabled to; the subnet
+    managers' priorities; the partitions' pkeys."""
+    names = set(switch_cli)
+    switches: dict[str, Any] = {}
+    rails: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, cli in sorted(switch_cli.items()):
+        ports = switch_port_descriptions(cli)
+        host_ports = switch_ports = hca_ports = 0
+        for desc in ports.values():
+            sw = _SWITCH_PEER.match(desc)
+            if sw and sw.group(1) in names:
+                switch_ports += 1
+                continue
+            host_ports += 1
+            hca = _HCA_PEER.match(desc)
+            if hca:
+                hca_ports += 1
+                entry = rails.setdefault(hca.group(1), {}).setdefault(
+                    hca.group(2), {"hcas": [], "switches": []})
+                if hca.group(3) not in entry["hcas"]:
+                    entry["hcas"].append(hca.group(3))
+                entry["switches"].append(name)
+        switches[name] = {
+            # Compute HCAs hang off leaves only; a spine may carry a subnet-manager host.
+            "role": "leaf" if hca_ports else "spine",
+            "hostPorts": host_ports,
+            "switchPorts": switch_ports,
+            "highestPort": max(ports, default=0),
+            "switchSmDisabled": any(line.strip() == "no ib sm" for line in cli.splitlines()),
+        }
+    sms = []
+    partitions: dict[str, str] = {}
+    for host, files in sorted(sm_files.items()):
+        conf = next((t for p, t in files.items() if p.endswith("/opensm.conf")), "")
+        m = _SM_PRIORITY.search(conf)
+        sms.append({"host": host, "priority": int(m.group(1)) if m else None})
+        parts = next((t for p, t in files.items() if p.endswith("/partitions.conf")), "")
+        for line in parts.splitlines():
+            pm = _PKEY_LINE.match(line)
+            if pm and not line.lstrip().startswith("#"):
+                partitions.setdefault(pm.group(1), pm.group(2).lower())
+    return {
+        "switches": switches,
+        "rails": {h: dict(sorted(r.items(), key=lambda kv: int(kv[0])))
+                  for h, r in sorted(rails.items())},
+        "subnetManagers": sms,
+        "partitions": [{"name": n, "pkey": k} for n, k in sorted(partitions.items())],
+    }

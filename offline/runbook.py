@@ -1,0 +1,136 @@
+"""The ordered physical work a diff implies: what a technician does, in which order, and the
+checks afterwards. Read from the diff alone, so it works for any two renderings.
+
+Its inputs are conventions of the stack's resources: `<host>-member` (cluster membership, its
+delete drains), `<host>-kubeadm-join` (its delete resets), `<switch>-config` (a switch's port
+map, one `interface ib 1/<port> description "<peer> [<media> <length>]"` line per cable),
+`<host>-opensm` (subnet-manager files), Helm releases named after their chart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .diff import Change, Diff
+
+_PORT = re.compile(r'^([+-])interface ib 1/(\d+) description "(.*?)(?: \[(.*)\])?"$')
+# Operators whose upgrade touches drivers on every GPU node, in the safe order: the network
+# stack (DOCA/OFED) first, the GPU driver (which builds GPUDirect on it) second.
+OPERATOR_ORDER = ("network-operator", "gpu-operator")
+
+
+@dataclass(frozen=True)
+class CableMove:
+    switch: str
+    port: int
+    old: str | None  # what the port was cabled to, None if it was free
+    new: str | None  # what it must be cabled to, None if it must be free
+    old_cable: str | None
+    new_cable: str | None
+
+
+def _suffix(name: str, suffix: str) -> str | None:
+    return name[: -len(suffix)] if name.endswith(suffix) else None
+
+
+def cable_moves(changes: Iterable[Change]) -> list[CableMove]:
+    moves: list[CableMove] = []
+    for ch in changes:
+        switch = _suffix(ch.name, "-config")
+        if switch is None or ch.type != "command:remote:Command":
+            continue
+        if ch.action == "delete":
+            continue  # a whole switch leaves: listed under switches
+        ports: dict[int, dict[str, tuple[str, str | None]]] = {}
+        for line in ch.text_diffs.get("stdin", []):
+            m = _PORT.match(line)
+            if m:
+                ports.setdefault(int(m.group(2)), {})[m.group(1)] = (m.group(3), m.group(4))
+        for port, sides in sorted(ports.items()):
+            old, new = sides.get("-"), sides.get("+")
+            moves.append(CableMove(switch, port, old and old[0], new and new[0],
+                                   old and old[1], new and new[1]))
+    return moves
+
+
+def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
+    return sorted(h for c in changes if c.action == action
+                  if (h := _suffix(c.name, suffix)) is not None)
+
+
+def runbook(diff: Diff, stack: str = "prod") -> list[str]:
+    """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
+    changes = diff.changes
+    leaving = _hosts(changes, "-member", "delete")
+    joining = _hosts(changes, "-kubeadm-join", "create")
+    moves = cable_moves(changes)
+    sms = sorted(h for c in changes if c.action in ("update", "create")
+                 if (h := _suffix(c.name, "-opensm")) is not None)
+    switches = {c.name[: -len("-config")]: c.action for c in changes
+                if c.name.endswith("-config") and c.type == "command:remote:Command"}
+    prepared = _hosts(changes, "-prepare", "update")
+    operators = [c.name for name in OPERATOR_ORDER for c in changes
+                 if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
+                 and c.action in ("update", "replace")]
+    if not (leaving or joining or moves or sms or operators or prepared
+            or any(a != "update" for a in switches.values())):
+        return []
+
+    steps: list[str] = []
+    # Nodes whose cables move but who stay in the cluster are drained by hand first.
+    recabled = sorted({m.split(" ")[0] for mv in moves for m in (mv.old, mv.new)
+                       if m and not m.startswith(("leaf-", "spine-", "core-"))}
+                      - set(leaving) - set(joining))
+    for host in leaving:
+        steps.append(f"cordon and drain {host} (first deletion of `pulumi up`: "
+                     f"kubectl cordon/drain on the control plane)")
+        steps.append(f"{host} leaves: kubeadm reset on {host}, only after its drain succeeded")
+    for host in recabled:
+        steps.append(f"cordon and drain {host} before touching its cables: "
+                     f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
+    for host in prepared:
+        if host not in joining and host not in leaving and host not in recabled:
+            steps.append(f"host preparation changes on {host}: drain it first if the change "
+                         "needs a reboot (kernel arguments, drivers)")
+    for mv in moves:
+        where = f"{mv.switch} port {mv.port}"
+        if mv.old and not mv.new:
+            steps.append(f"pull   {where} <-> {mv.old}  [{mv.old_cable}]")
+        elif mv.new and not mv.old:
+            steps.append(f"plug   {where} <-> {mv.new}  [{mv.new_cable}]")
+        else:
+            steps.append(f"re-cable {where}: {mv.old} [{mv.old_cable}] -> {mv.new} "
+                         f"[{mv.new_cable}]")
+    for sw, action in sorted(switches.items()):
+        if action in ("create", "delete"):
+            verb = "rack and cable new switch" if action == "create" else "retire switch"
+            steps.append(f"{verb} {sw}")
+    if switches:
+        steps.append("switch port descriptions and settings are applied by `pulumi up`: "
+                     + ", ".join(sorted(switches)))
+    if sms:
+        steps.append("subnet-manager files change on " + ", ".join(sms) + ": `pulumi up` "
+                     "installs them and restarts opensm only where content changed; the master "
+                     "hands over to the standby during its restart (maintenance window)")
+    for host in joining:
+        steps.append(f"{host} joins: host preparation, its own join token, guarded kubeadm "
+                     "join, placement labels")
+    for name in operators:
+        steps.append(f"upgrade {name}" + (
+            " first (DOCA/OFED driver pods upgrade one node at a time, each drained)"
+            if name == "network-operator" else
+            " after the network operator (GPU driver upgrades one node at a time, drained)"))
+    checks = []
+    if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
+        checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "
+                      "DISCOVERED=fabric.dump   (must report no difference)")
+    checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
+                  "its bus-bandwidth floor")
+    if recabled or leaving:
+        checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
+                      else "confirm the removed nodes are gone: kubectl get nodes")
+    numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
+    return (["Hardware-change runbook (in this order):"] + numbered
+            + ["  afterwards:"] + [f"    - {c}" for c in checks])

@@ -1,0 +1,254 @@
+"""Shared by the rule modules: walking pod templates, quantities, NCCL env, policy
+config, and the switch CLI / subnet-manager texts that fabric commands carry.
+
+Everything here reads props the way the engine passes them: read-only mappings and sequences
+(the analyzer's proxies), camelCase keys, every number a float.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .registry import get, is_list, is_map, policy_config
+
+WORKLOAD_TYPES = (
+    "kubernetes:core/v1:Pod",
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:apps/v1:StatefulSet",
+    "kubernetes:apps/v1:DaemonSet",
+    "kubernetes:batch/v1:Job",
+    "kubernetes:kubeflow.org/v1:PyTorchJob",
+    "kubernetes:kubeflow.org/v1:MPIJob",
+)
+TRAINING_JOB_TYPES = ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:kubeflow.org/v1:MPIJob")
+REPLICA_FIELDS = ("pytorchReplicaSpecs", "mpiReplicaSpecs")
+GPU = "nvidia.com/gpu"
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+RDMA_RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
+FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
+COMMAND_TYPES = ("command:remote:Command",)
+
+
+def config(args: Any, key: str, default: Any) -> Any:
+    """A policy-config property; `args.config` is None when the pack has no config for the
+    rule. Numbers in policy config arrive as floats."""
+    conf = policy_config(args)
+    if isinstance(conf, Mapping) and key in conf and conf[key] is not None:
+        value = conf[key]
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+    return default
+
+
+def pod_templates(type_: str, props: Any) -> Iterator[tuple[str, Any, Any]]:
+    """(path, template metadata, pod spec) for every pod template a workload object carries."""
+    if type_ == "kubernetes:core/v1:Pod":
+        spec = get(props, "spec")
+        if is_map(spec):
+            yield "spec", get(props, "metadata"), spec
+        return
+    if type_.startswith("kubernetes:kubeflow.org/"):
+        for field in REPLICA_FIELDS:
+            replicas = get(props, "spec", field)
+            if is_map(replicas):
+                for role in sorted(replicas):
+                    spec = get(replicas, role, "template", "spec")
+                    if is_map(spec):
+                        yield (f"spec.{field}.{role}.template.spec",
+                               get(replicas, role, "template", "metadata"), spec)
+        return
+    spec = get(props, "spec", "template", "spec")
+    if is_map(spec):
+        yield "spec.template.spec", get(props, "spec", "template", "metadata"), spec
+
+
+def pod_specs(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
+    for path, _meta, spec in pod_templates(type_, props):
+        yield path, spec
+
+
+def pod_containers(path: str, spec: Any, init: bool = True) -> Iterator[tuple[str, Any]]:
+    for field in (("initContainers", "containers") if init else ("containers",)):
+        items = get(spec, field)
+        if is_list(items):
+            for i, c in enumerate(items):
+                if is_map(c):
+                    yield f"{path}.{field}[{i}]", c
+
+
+def containers(type_: str, props: Any) -> Iterator[tuple[str, Any]]:
+    for path, spec in pod_specs(type_, props):
+        yield from pod_containers(path, spec)
+
+
+def qty(value: Any) -> Any:
+    """Numbers arrive as floats: 8, 8.0 and "8" are the same count."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DEC = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "": 1}
+_QTY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def quantity_bytes(value: Any) -> float | None:
+    """A Kubernetes memory quantity in bytes (None when it is not one)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        return None
+    m = _QTY.match(value.strip())
+    if not m:
+        return None
+    unit = m.group(2) or ""
+    return float(m.group(1)) * (_BIN.get(unit) or _DEC[unit])
+
+
+def container_gpus(c: Any) -> int:
+    lim = qty(get(c, "resources", "limits", GPU))
+    req = qty(get(c, "resources", "requests", GPU))
+    val = lim if lim is not None else req
+    return val if isinstance(val, int) else 0
+
+
+def pod_gpus(spec: Any) -> int:
+    return sum(container_gpus(c) for _, c in pod_containers("", spec, init=False))
+
+
+def rdma_resources(c: Any) -> list[str]:
+    out = []
+    for section in ("limits", "requests"):
+        res = get(c, "resources", section)
+        if is_map(res):
+            out += [k for k in res if k.startswith("rdma/") and k not in out]
+    return out
+
+
+def env_of(c: Any) -> dict[str, Any]:
+    """name -> env entry (mapping) of a container."""
+    out: dict[str, Any] = {}
+    items = get(c, "env")
+    if is_list(items):
+        for e in items:
+            name = get(e, "name")
+            if isinstance(name, str):
+                out[name] = e
+    return out
+
+
+def env_value(c: Any, name: str) -> str | None:
+    e = env_of(c).get(name)
+    value = get(e, "value") if e is not None else None
+    return value if isinstance(value, str) else None
+
+
+def network_names(meta: Any) -> list[tuple[str, str | None, str | None]]:
+    """(network, namespace, interface) from the Multus networks annotation (list or JSON)."""
+    raw = get(meta, "annotations", NETWORKS_ANNOTATION)
+    if not isinstance(raw, str) or not raw.strip():
+        return []
+    raw = raw.strip()
+    if raw.startswith("["):
+        import json
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            return []
+        return [(i.get("name", ""), i.get("namespace"), i.get("interface"))
+                for i in items if isinstance(i, dict)]
+    out = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        iface = None
+        if "@" in part:
+            part, iface = part.split("@", 1)
+        ns = None
+        if "/" in part:
+            ns, part = part.split("/", 1)
+        out.append((part, ns, iface))
+    return out
+
+
+def pod_interfaces(meta: Any) -> list[str]:
+    """Interfaces a pod has: lo, eth0 (primary CNI) and one per Multus attachment, named net1,
+    net2, ... in annotation order unless the annotation names the interface."""
+    names = ["lo", "eth0"]
+    for i, (_net, _ns, iface) in enumerate(network_names(meta), 1):
+        names.append(iface or f"net{i}")
+    return names
+
+
+def name_of(res: Any) -> str:
+    meta_name = get(res.props, "metadata", "name")
+    return meta_name if isinstance(meta_name, str) else res.name
+
+
+def namespace_of(props: Any) -> str:
+    ns = get(props, "metadata", "namespace")
+    return ns if isinstance(ns, str) and ns else "default"
+
+
+def kind(type_: str) -> str:
+    return type_.rsplit(":", 1)[-1]
+
+
+# ------------------------------------------------------------------ fabric texts
+
+_PORT_LINE = re.compile(r'^interface ib 1/(\d+) description "(.*)"\s*$')
+_HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)(?: \[[^\]]*\])?$")
+_SWITCH_PEER = re.compile(r"^(\S+) port (\d+)(?: \[[^\]]*\])?$")
+
+
+def switch_ports(cli: str) -> dict[int, str]:
+    """port -> description from the MLNX-OS commands pushed to a switch."""
+    out: dict[int, str] = {}
+    for line in cli.splitlines():
+        m = _PORT_LINE.match(line.strip())
+        if m:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def hca_peer(description: str) -> tuple[str, int, str] | None:
+    """(host, rail, hca) for a port cabled to a compute HCA."""
+    m = _HCA_PEER.match(description)
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+
+
+def switch_peer(description: str) -> tuple[str, int] | None:
+    m = _SWITCH_PEER.match(description)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def switch_commands(resources: Any) -> dict[str, str]:
+    """switch name -> CLI text, from the fabric's switch commands (`create: cli`)."""
+    out: dict[str, str] = {}
+    for r in resources:
+        if r.resource_type != "command:remote:Command" or get(r.props, "create") != "cli":
+            continue
+        stdin = get(r.props, "stdin")
+        if isinstance(stdin, str):
+            m = re.search(r"^hostname (\S+)$", stdin, re.M)
+            out[m.group(1) if m else r.name] = stdin
+    return out
+
+
+def cabled_hcas(resources: Any) -> dict[str, dict[int, tuple[str, str]]]:
+    """host -> rail -> (hca, switch) as the switch commands describe the cabling."""
+    out: dict[str, dict[int, tuple[str, str]]] = {}
+    for switch, cli in switch_commands(resources).items():
+        for desc in switch_ports(cli).values():
+            peer = hca_peer(desc)
+            if peer:
+                host, rail, hca = peer
+                out.setdefault(host, {})[rail] = (hca, switch)
+    return out

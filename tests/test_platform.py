@@ -1,0 +1,555 @@
+"""The platform layer as rendered for prod: every object valid against the real upstream schemas,
+every Helm value a key of the upstream chart, and the pieces that must agree with each other
+(RDMA resource, attachments, IPAM, NCCL interface; ingress pool and TLS issuer; HPA metric and
+the adapter; gang scheduling) agreeing.
+
+Schemas and chart values come from ../shared/ref (validate_manifests.py, check_chart_values.py);
+the tests that need them skip, saying so, when ../shared is absent.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from components.config import CLUSTER_KEY, Cluster, ConfigError, validate_cluster
+from components.planning import platform
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+TOOLS = SHARED / "tools"
+REF = SHARED / "ref"
+needs_shared = pytest.mark.skipif(
+    not SHARED.is_dir(), reason="../shared (upstream CRDs, chart values, validators) is absent")
+
+# Kinds the stack renders that have no CRD in ../shared/ref. They are validated by the shape
+# schemas below (written from the upstream CRDs/docs), and only they may be skipped by
+# validate_manifests.py --allow-unknown-kinds.
+NO_REF_CRD = {
+    ("cert-manager.io/v1", "Certificate"),
+    ("cert-manager.io/v1", "ClusterIssuer"),
+    ("metallb.io/v1beta1", "IPAddressPool"),
+    ("metallb.io/v1beta1", "L2Advertisement"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("nv-ipam.nvidia.com/v1alpha1", "IPPool"),
+}
+
+# Release -> the upstream values.yaml in ../shared/ref it is checked against. The GPU Operator's
+# file is the v26.7.0 chart (the only one published there); every key the stack sets exists in
+# the v26.3.x chart too.
+UPSTREAM_VALUES = {
+    "gpu-operator": "nvidia-gpu-operator/chart/values.yaml",
+    "network-operator": "nvidia-network-operator/v26.4.1/chart/values.yaml",
+    "volcano": "volcano/v1.15.1/chart/values.yaml",
+}
+# Releases whose chart values are not in ../shared/ref (checked by the pure tests below).
+NO_UPSTREAM_VALUES = {"calico", "cert-manager", "ingress-nginx", "metallb", "prometheus",
+                      "prometheus-adapter"}
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@functools.cache
+def _prod_raw() -> dict:
+    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][CLUSTER_KEY]
+
+
+@pytest.fixture
+def raw() -> dict:
+    return copy.deepcopy(_prod_raw())
+
+
+@functools.cache
+def prod() -> Cluster:
+    return validate_cluster(copy.deepcopy(_prod_raw()), REPO)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    """The prod stack rendered by the offline preview, in a copy of the repository."""
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(REPO, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "rendered", ".venv", "__pycache__", ".pytest_cache"))
+    out = subprocess.run([sys.executable, "-m", "offline", "preview", "--stack", "prod",
+                          "--project-dir", str(root)], cwd=root, capture_output=True, text=True)
+    # 0 = clean; 3 = a mandatory policy violation (reported by the policy tests, not here).
+    assert out.returncode in (0, 3), out.stdout + out.stderr
+    return root / "build" / "prod"
+
+
+def objects(build: Path) -> list[tuple[Path, dict]]:
+    return [(p, yaml.safe_load(p.read_text()))
+            for p in sorted((build / "manifests").rglob("*.yaml"))]
+
+
+def of_kind(build: Path, kind: str) -> list[dict]:
+    return [o for _, o in objects(build) if o["kind"] == kind]
+
+
+def helm(build: Path) -> dict[str, dict]:
+    return {p.stem: yaml.safe_load(p.read_text()) for p in (build / "helm").glob("*.yaml")}
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True)
+
+
+# ---------------------------------------------------------------- schemas
+
+
+@needs_shared
+def test_every_object_is_valid_against_core_schemas_and_upstream_crds(build):
+    strict = [p for p, o in objects(build) if (o["apiVersion"], o["kind"]) not in NO_REF_CRD]
+    out = run_tool(str(TOOLS / "validate_manifests.py"), "--k8s", "1.35", *map(str, strict))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1] == f"{len(strict)} objects checked, 0 invalid"
+    kinds = {o["kind"] for p, o in objects(build) if p in strict}
+    # The CRD kinds that matter most are among the strictly validated ones.
+    assert {"NicClusterPolicy", "NetworkAttachmentDefinition", "HyperNode", "Queue",
+            "PyTorchJob", "CSIDriver", "DaemonSet", "Namespace"} <= kinds
+
+
+@needs_shared
+def test_only_kinds_without_a_crd_in_shared_ref_skip_the_validator(build):
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import validate_manifests  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(TOOLS))
+    skipped = [(p, o) for p, o in objects(build) if (o["apiVersion"], o["kind"]) in NO_REF_CRD]
+    # Exactly the allowlist renders; none of it has a CRD there (else validate it strictly).
+    assert {(o["apiVersion"], o["kind"]) for _, o in skipped} == NO_REF_CRD
+    assert not NO_REF_CRD & set(validate_manifests.CRDS)
+    # Without --allow-unknown-kinds the validator refuses them. With it, over everything
+    # rendered, it skips exactly the allowlisted kinds and finds the rest valid.
+    paths = [str(p) for p, _ in skipped]
+    assert run_tool(str(TOOLS / "validate_manifests.py"), "--k8s", "1.35", *paths).returncode
+    out = run_tool(str(TOOLS / "validate_manifests.py"), "--k8s", "1.35",
+                   "--allow-unknown-kinds", str(build / "manifests"))
+    lines = out.stdout.strip().splitlines()
+    skipped_kinds = {tuple(line.split()[-2].rsplit("/", 1)) for line in lines
+                     if line.startswith("skipped (no schema):")}
+    assert skipped_kinds == NO_REF_CRD, out.stdout
+    total = len(objects(build))
+    assert lines[-1] == f"{total - len(skipped)} objects checked, 0 invalid", out.stdout
+
+
+def _obj(spec: dict, *, namespaced: bool, required: tuple[str, ...] = ()) -> dict:
+    meta = {"type": "object", "required": ["name", *(["namespace"] if namespaced else [])],
+            "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                           "labels": {"type": "object"}, "annotations": {"type": "object"}},
+            "additionalProperties": False}
+    return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+            "additionalProperties": False,
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "metadata": meta,
+                           "spec": {"type": "object", "additionalProperties": False,
+                                    "required": list(required), "properties": spec}}}
+
+
+_STR_LIST = {"type": "array", "items": {"type": "string"}}
+_LABEL_SELECTOR = {"type": "object", "additionalProperties": False, "properties": {
+    "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "matchExpressions": {"type": "array", "items": {
+        "type": "object", "required": ["key", "operator"], "additionalProperties": False,
+        "properties": {"key": {"type": "string"},
+                       "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                       "values": _STR_LIST}}}}}
+_ISSUER_REF = {"type": "object", "required": ["name"], "additionalProperties": False,
+               "properties": {"name": {"type": "string"},
+                              "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+                              "group": {"type": "string"}}}
+
+# Shapes from the upstream CRDs (fields the stack may use; unknown fields are errors):
+# MetalLB metallb.io/v1beta1 (config/crd/bases), cert-manager.io/v1 (deploy/crds),
+# prometheus-operator monitoring.coreos.com/v1 PodMonitor, Mellanox/nvidia-k8s-ipam
+# deploy/crds/nv-ipam.nvidia.com_ippools.yaml.
+SHAPES = {
+    ("metallb.io/v1beta1", "IPAddressPool"): _obj({
+        "addresses": {"type": "array", "minItems": 1, "items": {
+            "type": "string", "pattern": r"^[0-9.]+(/\d+|-[0-9.]+)$"}},
+        "autoAssign": {"type": "boolean"}, "avoidBuggyIPs": {"type": "boolean"},
+        "serviceAllocation": {"type": "object"}}, namespaced=True, required=("addresses",)),
+    ("metallb.io/v1beta1", "L2Advertisement"): _obj({
+        "ipAddressPools": _STR_LIST, "ipAddressPoolSelectors": {"type": "array"},
+        "nodeSelectors": {"type": "array"}, "interfaces": _STR_LIST}, namespaced=True),
+    ("cert-manager.io/v1", "ClusterIssuer"): _obj({
+        "selfSigned": {"type": "object", "additionalProperties": False,
+                       "properties": {"crlDistributionPoints": _STR_LIST}},
+        "ca": {"type": "object", "required": ["secretName"], "additionalProperties": False,
+               "properties": {"secretName": {"type": "string"},
+                              "crlDistributionPoints": _STR_LIST,
+                              "ocspServers": _STR_LIST}},
+        "acme": {"type": "object"}, "vault": {"type": "object"}, "venafi": {"type": "object"},
+    }, namespaced=False) | {"allOf": [{"properties": {"spec": {
+        "minProperties": 1, "maxProperties": 1}}}]},
+    ("cert-manager.io/v1", "Certificate"): _obj({
+        "secretName": {"type": "string"}, "issuerRef": _ISSUER_REF,
+        "isCA": {"type": "boolean"}, "commonName": {"type": "string", "maxLength": 64},
+        "dnsNames": _STR_LIST, "duration": {"type": "string", "pattern": r"^\d+h$"},
+        "renewBefore": {"type": "string"},
+        "privateKey": {"type": "object", "additionalProperties": False, "properties": {
+            "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
+            "size": {"type": "integer"}, "encoding": {"enum": ["PKCS1", "PKCS8"]},
+            "rotationPolicy": {"enum": ["Never", "Always"]}}},
+        "usages": _STR_LIST}, namespaced=True, required=("secretName", "issuerRef")),
+    ("monitoring.coreos.com/v1", "PodMonitor"): _obj({
+        "selector": _LABEL_SELECTOR,
+        "namespaceSelector": {"type": "object", "additionalProperties": False, "properties": {
+            "any": {"type": "boolean"}, "matchNames": _STR_LIST}},
+        "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "properties": {
+                "port": {"type": "string"}, "portNumber": {"type": "integer"},
+                "path": {"type": "string"}, "interval": {"type": "string"},
+                "scrapeTimeout": {"type": "string"}, "scheme": {"enum": ["http", "https"]},
+                "honorLabels": {"type": "boolean"}, "relabelings": {"type": "array"},
+                "metricRelabelings": {"type": "array"}}}},
+        "jobLabel": {"type": "string"}, "podTargetLabels": _STR_LIST,
+        "sampleLimit": {"type": "integer"}}, namespaced=True, required=("selector",)),
+    ("nv-ipam.nvidia.com/v1alpha1", "IPPool"): _obj({
+        "subnet": {"type": "string"}, "perNodeBlockSize": {"type": "integer", "minimum": 1},
+        "gateway": {"type": "string"}, "defaultGateway": {"type": "boolean"},
+        "exclusions": {"type": "array"}, "routes": {"type": "array"},
+        "nodeSelector": {"type": "object", "required": ["nodeSelectorTerms"]}},
+        namespaced=True, required=("subnet", "perNodeBlockSize")),
+}
+
+
+def test_objects_without_a_crd_have_the_upstream_shape(build):
+    seen = set()
+    for _, o in objects(build):
+        key = (o["apiVersion"], o["kind"])
+        if key in SHAPES:
+            seen.add(key)
+            errors = [f"{list(e.path)}: {e.message}" for e in
+                      jsonschema.Draft202012Validator(SHAPES[key]).iter_errors(o)]
+            assert not errors, (o["kind"], o["metadata"]["name"], errors)
+    assert seen == set(SHAPES) == NO_REF_CRD
+
+
+def test_the_shape_schemas_catch_mistakes():
+    pool = platform.metallb_objects(prod())[0]
+    bad = copy.deepcopy(pool)
+    bad["spec"]["adresses"] = bad["spec"].pop("addresses")
+    v = jsonschema.Draft202012Validator(SHAPES[("metallb.io/v1beta1", "IPAddressPool")])
+    assert not list(v.iter_errors(pool)) and list(v.iter_errors(bad))
+    issuer = platform.cert_manager_objects(prod())[2]
+    both = copy.deepcopy(issuer)
+    both["spec"]["selfSigned"] = {}
+    v = jsonschema.Draft202012Validator(SHAPES[("cert-manager.io/v1", "ClusterIssuer")])
+    assert not list(v.iter_errors(issuer)) and list(v.iter_errors(both))
+
+
+# ---------------------------------------------------------------- Helm releases
+
+
+def test_every_release_is_pinned_and_written(build):
+    files = helm(build)
+    assert set(files) == {r.name for r in platform.helm_releases(prod())}
+    for name, doc in files.items():
+        assert set(doc) == {"name", "chart", "version", "repo", "namespace", "values"}, name
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", doc["version"]), (name, doc["version"])
+        assert doc["repo"].startswith("https://"), name
+    assert files["network-operator"]["version"] == "26.4.1"
+    assert files["volcano"]["version"] == "1.15.1"
+
+
+@needs_shared
+def test_helm_values_are_keys_of_the_upstream_charts(build):
+    files = helm(build)
+    assert set(UPSTREAM_VALUES) | NO_UPSTREAM_VALUES == set(files)
+    for name, ref in UPSTREAM_VALUES.items():
+        out = run_tool(str(TOOLS / "check_chart_values.py"), str(REF / ref),
+                       str(build / "helm" / f"{name}.yaml"))
+        assert out.returncode == 0, (name, out.stdout)
+        assert out.stdout.strip().splitlines()[-1].endswith(", 0 unknown"), out.stdout
+    # The pinned releases are the ones whose values were checked.
+    for name, chart in (("network-operator", "nvidia-network-operator/v26.4.1/chart/Chart.yaml"),
+                        ("volcano", "volcano/v1.15.1/chart/Chart.yaml")):
+        assert yaml.safe_load((REF / chart).read_text())["version"] == files[name]["version"]
+
+
+@needs_shared
+def test_a_misspelled_value_would_be_caught(tmp_path):
+    rel = {r.name: r for r in platform.helm_releases(prod())}["gpu-operator"]
+    values = copy.deepcopy(dict(rel.values))
+    values["driver"]["rdma"]["enable"] = values["driver"]["rdma"].pop("enabled")
+    path = tmp_path / "gpu-operator.yaml"
+    path.write_text(yaml.safe_dump({"values": values}))
+    out = run_tool(str(TOOLS / "check_chart_values.py"),
+                   str(REF / UPSTREAM_VALUES["gpu-operator"]), str(path))
+    assert out.returncode == 1 and "driver.rdma.enable" in out.stdout
+
+
+def _values_with(values, key: str) -> bool:
+    if isinstance(values, dict):
+        return any(k == key and isinstance(v, dict) and v.get("enabled") or _values_with(v, key)
+                   for k, v in values.items())
+    return isinstance(values, list) and any(_values_with(v, key) for v in values)
+
+
+def test_releases_install_after_what_they_need():
+    rels = platform.helm_releases(prod())
+    order = [r.name for r in rels]
+    for i, r in enumerate(rels):
+        assert all(order.index(d) < i for d in r.after), r.name
+
+    def before(name: str) -> set[str]:
+        r = next(x for x in rels if x.name == name)
+        return set(r.after).union(*(before(d) for d in r.after))
+
+    for r in rels:
+        if _values_with(r.values, "serviceMonitor"):  # needs the Prometheus Operator's CRDs
+            assert "prometheus" in before(r.name), r.name
+        if r.name != "calico":
+            assert "calico" in before(r.name), r.name  # nothing runs without the CNI
+    assert {"network-operator", "prometheus"} <= before("gpu-operator")
+    assert {"metallb", "cert-manager"} <= before("ingress-nginx")
+
+
+def test_ingress_waits_for_the_address_pool_and_the_operator_for_volcano(build):
+    plan = {r["name"]: r for r in json.loads((build / "plan.json").read_text())["resources"]}
+    deps = plan["ingress-nginx"]["options"]["dependsOn"]
+    # A LoadBalancer Service only gets an address once MetalLB has a pool: helm --atomic
+    # would time out without it.
+    assert any(":IPAddressPool::" in u for u in deps)
+    assert any(":L2Advertisement::" in u for u in deps)
+    assert plan["training-operator"]["options"]["dependsOn"] == [plan["volcano"]["urn"]]
+
+
+# ---------------------------------------------------------------- GPU and Network Operators
+
+
+def test_gpu_operator_values_follow_the_config(raw):
+    values = {r.name: r.values for r in platform.helm_releases(prod())}["gpu-operator"]
+    assert values["driver"]["enabled"] is True
+    assert values["driver"]["kernelModuleType"] == "open"  # DMA-BUF GPUDirect RDMA
+    assert values["driver"]["rdma"] == {"enabled": False, "useHostMofed": False}
+    assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": True}}
+    assert values["gds"] == {"enabled": True}
+    assert values["migManager"] == {"enabled": False}
+    assert {values[k]["enabled"] for k in ("toolkit", "devicePlugin", "gfd")} == {True}
+    assert values["nfd"] == {"enabled": False}  # the Network Operator's NFD serves both
+    raw["platform"]["networkOperator"]["ofed"] = "host"
+    raw["platform"]["gpuOperator"]["driver"] = "host"
+    raw["platform"]["gpuOperator"]["gpudirectStorage"] = False
+    host = {r.name: r.values for r in platform.helm_releases(validate_cluster(raw, REPO))}
+    gpu = host["gpu-operator"]
+    assert gpu["driver"]["enabled"] is False
+    assert gpu["driver"]["rdma"] == {"enabled": True, "useHostMofed": True}  # nvidia-peermem
+    assert gpu["gds"] == {"enabled": False}
+
+
+def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
+    c = prod()
+    (ncp,) = of_kind(build, "NicClusterPolicy")
+    spec = ncp["spec"]
+    config = json.loads(spec["rdmaSharedDevicePlugin"]["config"])["configList"]
+    assert len(config) == 1
+    resource = f"{config[0]['resourcePrefix']}/{config[0]['resourceName']}"
+    assert resource == "rdma/ib" == platform.rdma_resource(c)
+    # The compute HCAs of the 8 rails, by their stable IPoIB names, and only those.
+    assert config[0]["selectors"]["ifNames"] == [f"ib{r}" for r in range(8)]
+    assert config[0]["selectors"]["linkTypes"] == ["infiniband"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+        spec["tolerations"])
+    assert {"multus", "ipoib", "cniPlugins"} <= set(spec["secondaryNetwork"])
+    assert "nvIpam" in spec and "ofedDriver" in spec
+    (pool,) = of_kind(build, "IPPool")
+    assert pool["metadata"]["namespace"] == "nvidia-network-operator"
+    assert pool["spec"]["subnet"] == "192.168.0.0/16"
+    nads = {n["metadata"]["namespace"]: n for n in of_kind(build, "NetworkAttachmentDefinition")}
+    for nad in nads.values():
+        cni = json.loads(nad["spec"]["config"])
+        assert cni["type"] == "ipoib" and cni["master"] == "ib0"
+        assert cni["ipam"] == {"type": "nv-ipam", "poolName": pool["metadata"]["name"]}
+        assert nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] == resource
+    # Every pod that asks for the attachment finds it in its namespace, requests the RDMA
+    # resource, and points NCCL's socket at the interface Multus creates (net1).
+    jobs = of_kind(build, "PyTorchJob") + of_kind(build, "MPIJob")
+    assert jobs
+    for job in jobs:
+        specs = job["spec"].get("pytorchReplicaSpecs") or job["spec"]["mpiReplicaSpecs"]
+        for role, rs in specs.items():
+            tmpl = rs["template"]
+            nets = tmpl["metadata"].get("annotations", {}).get("k8s.v1.cni.cncf.io/networks")
+            if nets is None:
+                continue
+            assert nets == platform.RDMA_NETWORK and job["metadata"]["namespace"] in nads
+            (ctr,) = [x for x in tmpl["spec"]["containers"]
+                      if resource in x["resources"].get("limits", {})]
+            env = {e["name"]: e.get("value") for e in ctr["env"]}
+            assert env["NCCL_SOCKET_IFNAME"].lstrip("=") == "net1", (job["metadata"], role)
+
+
+@needs_shared
+def test_network_operator_images_are_the_releases_own(build):
+    (ncp,) = of_kind(build, "NicClusterPolicy")
+    upstream = yaml.safe_load((REF / UPSTREAM_VALUES["network-operator"]).read_text())
+    tag = upstream["operator"]["ofedDriver"]["initContainer"]["version"]
+    assert tag == "network-operator-v26.4.1"
+    spec = ncp["spec"]
+    parts = [spec["rdmaSharedDevicePlugin"], spec["nvIpam"], *spec["secondaryNetwork"].values()]
+    assert {p["version"] for p in parts} == {tag}
+    assert {p["repository"] for p in parts} == {"nvcr.io/nvidia/mellanox"}
+    # The DOCA-OFED container NVIDIA lists for the 26.4 releases.
+    assert spec["ofedDriver"]["version"] == "doca3.4.0-26.04-0.8.6.0-0"
+
+
+def test_ip_pool_must_hold_a_block_per_node(raw):
+    raw["network"]["rdmaCidr"] = "192.168.0.0/26"  # 64 addresses, 8 nodes need 9 x 64
+    with pytest.raises(ValueError, match=r"network.rdmaCidr: 192.168.0.0/26 .* 8 GPU nodes"):
+        platform.ip_pool(validate_cluster(raw, REPO))
+
+
+# ---------------------------------------------------------------- namespaces, ingress, metrics
+
+
+def test_namespaces_carry_pod_security_levels(build):
+    ns = {n["metadata"]["name"]: n["metadata"] for n in of_kind(build, "Namespace")}
+    psa = "pod-security.kubernetes.io"
+    training = ns["training"]["labels"]
+    assert (training[f"{psa}/enforce"], training[f"{psa}/warn"], training[f"{psa}/audit"]) == (
+        "privileged", "baseline", "baseline")
+    assert "IPC_LOCK" in ns["training"]["annotations"]["gpucluster.io/pod-security"]
+    inference = ns["inference"]["labels"]
+    assert (inference[f"{psa}/enforce"], inference[f"{psa}/warn"],
+            inference[f"{psa}/audit"]) == ("baseline", "restricted", "restricted")
+    assert ns["lustre-csi-system"]["labels"][f"{psa}/enforce"] == "privileged"
+
+
+def test_ingress_gets_an_address_and_a_certificate(build):
+    (pool,) = of_kind(build, "IPAddressPool")
+    assert pool["spec"]["addresses"] == ["10.10.5.240-10.10.5.250"]  # network.ingressPool
+    (l2,) = of_kind(build, "L2Advertisement")
+    assert l2["spec"]["ipAddressPools"] == [pool["metadata"]["name"]]
+    svc = helm(build)["ingress-nginx"]["values"]["controller"]["service"]
+    assert svc["type"] == "LoadBalancer"
+    assert svc["annotations"]["metallb.io/address-pool"] == pool["metadata"]["name"]
+    issuers = {i["metadata"]["name"]: i for i in of_kind(build, "ClusterIssuer")}
+    ingresses = of_kind(build, "Ingress")
+    assert ingresses
+    for ing in ingresses:
+        name = ing["metadata"]["annotations"]["cert-manager.io/cluster-issuer"]
+        assert "ca" in issuers[name]["spec"]
+        assert ing["spec"]["tls"]
+    (ca,) = of_kind(build, "Certificate")
+    assert ca["spec"]["isCA"] is True
+    assert ca["spec"]["secretName"] == issuers["cluster-ca"]["spec"]["ca"]["secretName"]
+    # A ClusterIssuer reads its secret from cert-manager's own namespace.
+    assert ca["metadata"]["namespace"] == helm(build)["cert-manager"]["namespace"]
+    assert "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
+
+
+def test_the_hpa_metric_is_served_by_the_adapter(build):
+    files = helm(build)
+    adapter = files["prometheus-adapter"]["values"]
+    prom = files["prometheus"]
+    # kube-prometheus-stack (release "prometheus") names its Service
+    # prometheus-kube-prometheus-prometheus, port 9090.
+    assert adapter["prometheus"] == {
+        "url": f"http://prometheus-kube-prometheus-prometheus.{prom['namespace']}.svc",
+        "port": 9090}
+    served = {r["name"]["as"]: r for r in adapter["rules"]["custom"]}
+    hpas = of_kind(build, "HorizontalPodAutoscaler")
+    assert hpas
+    for hpa in hpas:
+        for m in hpa["spec"]["metrics"]:
+            assert m["type"] == "Pods"
+            rule = served[m["pods"]["metric"]["name"]]
+            # vLLM exports vllm:num_requests_waiting; the rule must find that series.
+            series = re.search(r'__name__=~"([^"]+)"', rule["seriesQuery"]).group(1)
+            assert re.search(series, "vllm:num_requests_waiting")
+    # Something scrapes the vLLM pods: a PodMonitor selecting them on a port they expose.
+    deployments = {d["metadata"]["name"]: d for d in of_kind(build, "Deployment")}
+    monitors = of_kind(build, "PodMonitor")
+    for hpa in hpas:
+        tmpl = deployments[hpa["spec"]["scaleTargetRef"]["name"]]["spec"]["template"]
+        labels = tmpl["metadata"]["labels"]
+        ports = {p["name"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
+        assert any(
+            all(labels.get(k) == v for k, v in m["spec"]["selector"].get("matchLabels",
+                                                                         {}).items())
+            and all(labels.get(e["key"]) in e["values"]
+                    for e in m["spec"]["selector"].get("matchExpressions", []))
+            and {e["port"] for e in m["spec"]["podMetricsEndpoints"]} <= ports
+            for m in monitors if m["metadata"]["namespace"] == hpa["metadata"]["namespace"])
+    # DCGM through the GPU Operator's ServiceMonitor, picked up from every namespace.
+    assert files["gpu-operator"]["values"]["dcgmExporter"]["serviceMonitor"]["enabled"]
+    assert prom["values"]["prometheus"]["prometheusSpec"][
+        "serviceMonitorSelectorNilUsesHelmValues"] is False
+
+
+# ---------------------------------------------------------------- Volcano and the Training Operator
+
+
+def test_queues_share_the_gpus_between_training_and_inference(build):
+    queues = {q["metadata"]["name"]: q["spec"] for q in of_kind(build, "Queue")}
+    # 64 GPUs; inference: 2..6 replicas x 4 GPUs.
+    assert queues["training"]["capability"] == {"nvidia.com/gpu": "56"}
+    assert queues["inference"]["capability"] == {"nvidia.com/gpu": "24"}
+    assert queues["inference"]["reclaimable"] is False
+    for job in of_kind(build, "PyTorchJob") + of_kind(build, "MPIJob"):
+        assert job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] in queues
+
+
+def test_volcano_schedules_by_hypernode():
+    values = {r.name: r.values for r in platform.helm_releases(prod())}["volcano"]
+    conf = yaml.safe_load(values["custom"]["scheduler_config_override"])
+    plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
+    assert {"gang", "network-topology-aware", "predicates", "proportion"} <= set(plugins)
+    assert "enqueue" in conf["actions"] and "allocate" in conf["actions"]
+
+
+def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
+    c = prod()
+    path = REPO / platform.TRAINING_OPERATOR_DIR / "kustomization.yaml"
+    text = path.read_text()
+    platform.check_training_operator_dir(text, c.platform.training_operator.version)
+    doc = yaml.safe_load(text)
+    assert doc["resources"] == [
+        "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"]
+    (patch,) = doc["patches"]
+    assert patch["target"]["kind"] == "Deployment"
+    assert patch["target"]["name"] == "training-operator"
+    ops = yaml.safe_load(patch["patch"])
+    assert ops == [{"op": "add", "path": "/spec/template/spec/containers/0/command/-",
+                    "value": "--gang-scheduler-name=volcano"}]
+    with pytest.raises(ValueError, match="v1.9.3"):
+        platform.check_training_operator_dir(text, "v1.9.3")
+    plan = {r["name"]: r for r in json.loads((build / "plan.json").read_text())["resources"]}
+    assert plan["training-operator"]["inputs"]["directory"] == platform.TRAINING_OPERATOR_DIR
+    # The jobs ask for Volcano, so the operator's PodGroup is what admits them.
+    for job in of_kind(build, "PyTorchJob"):
+        for rs in job["spec"]["pytorchReplicaSpecs"].values():
+            assert rs["template"]["spec"]["schedulerName"] == "volcano"
+
+
+# ---------------------------------------------------------------- compatibility
+
+
+@pytest.mark.parametrize(("path", "value", "says"), [
+    (("platform", "trainingOperator", "version"), "v2.3.0", "not a Training Operator v1.9.x"),
+    (("platform", "cni"), "cilium", "only calico is rendered"),
+])
+def test_platform_choices_the_stack_cannot_honour_are_config_errors(raw, path, value, says):
+    node = raw
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError) as info:
+        validate_cluster(raw, REPO)
+    problems = info.value.problems
+    assert [p.path for p in problems] == [".".join(path)]
+    assert says in str(info.value)

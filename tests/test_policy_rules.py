@@ -1,0 +1,297 @@
+"""Every rule, through the real analyzer (see test_policy_analyzer.py), on the recorded prod
+stack: the known-good fixture passes, one single-field mutation per rule violates it, and one
+near miss (a change that looks suspicious but is fine) does not."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from test_policy_analyzer import Analyzer, Res, gpu_guardrails, prod_policy_config, recorded_prod
+
+TRAIN = ("kubernetes:kubeflow.org/v1:PyTorchJob", "")
+DEPLOY = ("kubernetes:apps/v1:Deployment", "")
+HPA = ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "")
+INGRESS = ("kubernetes:networking.k8s.io/v1:Ingress", "")
+PDB = ("kubernetes:policy/v1:PodDisruptionBudget", "")
+CKPT_PV = ("kubernetes:core/v1:PersistentVolume", "checkpoints")
+CKPT_PVC = ("kubernetes:core/v1:PersistentVolumeClaim", "checkpoints")
+DATA_PVC = ("kubernetes:core/v1:PersistentVolumeClaim", "training-data")
+DATA_PV = ("kubernetes:core/v1:PersistentVolume", "training-data")
+RELEASE_GPU = ("kubernetes:helm.sh/v3:Release", "gpu-operator")
+RELEASE_NET = ("kubernetes:helm.sh/v3:Release", "network-operator")
+INIT = ("command:remote:Command", "kubeadm-init")
+TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
+FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
+LEAF_B = ("command:remote:Command", "leaf-su1-r4-7-config")
+NS = ("kubernetes:core/v1:Namespace", "training")
+
+Mutation = Callable[[dict[str, Any]], Any]
+
+
+def worker(p: dict[str, Any]) -> dict[str, Any]:
+    return p["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+
+
+def wc(p: dict[str, Any]) -> dict[str, Any]:
+    return worker(p)["spec"]["containers"][0]
+
+
+def vllm(p: dict[str, Any]) -> dict[str, Any]:
+    return p["spec"]["template"]["spec"]["containers"][0]
+
+
+def set_env(c: dict[str, Any], name: str, value: Any) -> None:
+    env = [e for e in c.setdefault("env", []) if e["name"] != name]
+    env.append({"name": name, **({"value": value} if isinstance(value, str) else value)})
+    c["env"] = env
+
+
+def gpus(c: dict[str, Any], n: str, requests: bool = True) -> None:
+    c["resources"]["limits"]["nvidia.com/gpu"] = n
+    if requests:
+        c["resources"]["requests"]["nvidia.com/gpu"] = n
+
+
+def volume(p: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in worker(p)["spec"]["volumes"] if v["name"] == name)
+
+
+def leaf(p: dict[str, Any], name: str = "leaf-su1-r0-3") -> dict[str, Any]:
+    return p["facts"]["switches"][name]
+
+
+def sm_priorities(*prios: int) -> Mutation:
+    def m(p: dict[str, Any]) -> None:
+        for s, prio in zip(p["facts"]["subnetManagers"], prios, strict=True):
+            s["priority"] = prio
+    return m
+
+
+def pkey(name: str, value: str) -> Mutation:
+    def m(p: dict[str, Any]) -> None:
+        next(x for x in p["facts"]["partitions"] if x["name"] == name)["pkey"] = value
+    return m
+
+
+def replace_text(field: str, old: str, new: str) -> Mutation:
+    def m(p: dict[str, Any]) -> None:
+        assert old in p[field], f"{old!r} not in {field}"
+        p[field] = p[field].replace(old, new)
+    return m
+
+
+def hca_list(p: dict[str, Any]) -> str:
+    return next(e["value"] for e in wc(p)["env"] if e["name"] == "NCCL_IB_HCA")
+
+
+def assign(target: Callable[[dict[str, Any]], dict[str, Any]], key: str, value: Any) -> Mutation:
+    def m(p: dict[str, Any]) -> None:
+        if value is DELETE:
+            target(p).pop(key, None)
+        else:
+            target(p)[key] = value
+    return m
+
+
+DELETE = object()
+_ = lambda p: p  # noqa: E731  (the props themselves)
+
+
+def rel(field: str, value: Any) -> Mutation:
+    return assign(_, field, value)
+
+
+def seq(*ms: Mutation) -> Mutation:
+    def m(p: dict[str, Any]) -> None:
+        for x in ms:
+            x(p)
+    return m
+
+
+# (rule, resource selector, violating mutation, near miss). `protect` mutations use a
+# string "opts.protect=False" instead of a function.
+CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
+    "no-latest-image": (TRAIN, assign(wc, "image", "nvcr.io/nvidia/pytorch:latest"),
+                        assign(wc, "image", "registry.local:5000/nvidia/pytorch:25.10-py3")),
+    "helm-chart-pinned": (RELEASE_GPU, rel("version", "~26.3"), rel("version", "v26.3.2-rc.1")),
+    "checkpoint-volume-retained": (
+        CKPT_PV, lambda p: p["spec"].update(persistentVolumeReclaimPolicy="Delete"),
+        lambda p: p["spec"].update(mountOptions=["flock"])),
+    "checkpoint-volume-protected": (CKPT_PVC, "unprotect", None),
+    "checkpoint-volume-rwx": (
+        CKPT_PVC, lambda p: p["spec"].update(accessModes=["ReadWriteOnce"]),
+        lambda p: p["spec"].update(accessModes=["ReadWriteMany", "ReadOnlyMany"])),
+    "ssh-host-key-pinned": (
+        INIT, lambda p: p["connection"].pop("hostKey"),
+        lambda p: p["connection"].update(hostKey="ecdsa-sha2-nistp256 AAAAE2VjZHNh")),
+    "gpu-requests-equal-limits": (
+        TRAIN, lambda p: gpus(wc(p), "8") or wc(p)["resources"]["requests"].update(
+            {"nvidia.com/gpu": "4"}),
+        lambda p: wc(p)["resources"]["requests"].pop("nvidia.com/gpu")),
+    "kubeadm-token-ttl-bounded": (TOKEN, replace_text("create", "--ttl 60m", "--ttl 0"),
+                                  replace_text("create", "--ttl 60m", "--ttl 2h")),
+    "kube-encryption-at-rest": (
+        INIT, replace_text("stdin", "encryption-provider-config", "x-provider-config"),
+        replace_text("stdin", "encryption-config.yaml", "encryption.yaml")),
+    "kube-audit-logging": (INIT, replace_text("stdin", "audit-log-path", "x-log-path"),
+                           replace_text("stdin", "audit-log-maxbackup", "x-maxbackup")),
+    "kubernetes-provider-explicit": (NS, "default-provider", "renamed-provider"),
+    "helm-release-atomic": (RELEASE_GPU, rel("atomic", False), rel("timeout", 1800)),
+    "component-versions-compatible": (RELEASE_NET, rel("version", "26.4.0"),
+                                      rel("version", "v26.4.1")),
+    "fabric-facts-published": (FABRIC, lambda p: p.pop("facts"),
+                               lambda p: p["facts"]["switches"].pop("spine-02")),
+    "fabric-non-blocking": (FABRIC, lambda p: leaf(p).update(switchPorts=16),
+                            lambda p: leaf(p).update(hostPorts=31, switchPorts=31)),
+    "fabric-within-radix": (FABRIC, lambda p: leaf(p).update(highestPort=65),
+                            lambda p: leaf(p).update(highestPort=64, hostPorts=32,
+                                                     switchPorts=32)),
+    "fabric-one-leaf-per-rail-per-su": (
+        LEAF_B, replace_text("stdin", '"gpu-node-00 rail 4 (mlx5_6)',
+                             '"gpu-node-00 rail 0 (mlx5_0)'),
+        replace_text("stdin", '"gpu-node-00 rail 4 (mlx5_6)', '"gpu-node-00 rail 4 (mlx5_7)')),
+    "subnet-managers-redundant": (FABRIC, sm_priorities(15, 15), sm_priorities(15, 0)),
+    "switch-sm-disabled": (FABRIC, lambda p: leaf(p).update(switchSmDisabled=False),
+                           lambda p: leaf(p).update(switchSmDisabled=False)
+                           or p["facts"].update(subnetManagers=[])),
+    "partition-pkeys-in-range": (FABRIC, pkey("training", "0x7fff"),
+                                 pkey("training", "0x7ffe")),
+    "multinode-whole-gpu-nodes": (
+        TRAIN, lambda p: gpus(wc(p), "4"),
+        lambda p: [p["spec"]["pytorchReplicaSpecs"].pop("Worker"),
+                   gpus(p["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+                        ["containers"][0], "4")]),
+    "dev-shm-memory-emptydir": (
+        TRAIN, lambda p: volume(p, "dshm")["emptyDir"].update(sizeLimit="1Gi"),
+        lambda p: volume(p, "dshm")["emptyDir"].update(sizeLimit="16Gi")),
+    "rdma-ipc-lock-only": (
+        TRAIN, lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
+        lambda p: wc(p)["securityContext"]["capabilities"].update(drop=["NET_RAW", "ALL"])),
+    "rdma-request-has-network": (
+        TRAIN, lambda p: worker(p)["metadata"]["annotations"].pop("k8s.v1.cni.cncf.io/networks"),
+        lambda p: worker(p)["metadata"]["annotations"].update(
+            {"k8s.v1.cni.cncf.io/networks": '[{"name": "ib-rail0"}]'})),
+    "rdma-network-attachment-exists": (
+        TRAIN, lambda p: worker(p)["metadata"]["annotations"].update(
+            {"k8s.v1.cni.cncf.io/networks": "ib-rail1"}),
+        lambda p: worker(p)["metadata"]["annotations"].update(
+            {"k8s.v1.cni.cncf.io/networks": "training/ib-rail0"})),
+    "nccl-socket-ifname-exists": (TRAIN, lambda p: set_env(wc(p), "NCCL_SOCKET_IFNAME", "ib0"),
+                                  lambda p: set_env(wc(p), "NCCL_SOCKET_IFNAME", "net")),
+    "nccl-ib-hca-exists": (
+        TRAIN, lambda p: set_env(wc(p), "NCCL_IB_HCA", hca_list(p).replace("mlx5_3:", "mlx5_1:")),
+        lambda p: set_env(wc(p), "NCCL_IB_HCA", hca_list(p).replace(":1", ""))),
+    "nccl-no-debug-knobs": (TRAIN, lambda p: set_env(wc(p), "NCCL_DEBUG", "INFO"),
+                            lambda p: set_env(wc(p), "NCCL_DEBUG", "VERSION")),
+    "gang-scheduling-min-members": (
+        TRAIN, lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable=4),
+        lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable="8")),
+    "training-backoff-bounded": (TRAIN, lambda p: p["spec"]["runPolicy"].pop("backoffLimit"),
+                                 lambda p: p["spec"]["runPolicy"].update(backoffLimit=10)),
+    "inference-probes": (DEPLOY, lambda p: vllm(p).pop("startupProbe"),
+                         lambda p: vllm(p).update(startupProbe={"exec": {"command": ["true"]}})),
+    "inference-pdb": (PDB, lambda p: p["spec"]["selector"].update(matchLabels={"app": "other"}),
+                      lambda p: p["spec"].pop("maxUnavailable") and p["spec"].update(
+                          minAvailable=1)),
+    "inference-hpa-min-replicas": (HPA, lambda p: p["spec"].update(minReplicas=1),
+                                   lambda p: p["spec"].update(minReplicas=2, maxReplicas=2)),
+    "vllm-tp-equals-gpus": (
+        DEPLOY, lambda p: vllm(p).update(args=[a.replace("size=4", "size=8")
+                                               for a in vllm(p)["args"]]),
+        lambda p: vllm(p).update(args=[x for a in vllm(p)["args"] for x in (
+            a.split("=") if a.startswith("--tensor-parallel-size") else [a])])),
+    "ingress-tls": (INGRESS, lambda p: p["spec"].pop("tls"),
+                    lambda p: p["spec"]["tls"][0]["hosts"].append("other.cluster.internal")),
+    "privileged-only-operator-namespaces": (
+        DEPLOY, lambda p: p["spec"]["template"]["spec"].update(hostNetwork=True),
+        lambda p: p["spec"]["template"]["spec"].update(hostNetwork=False, hostPID=False)),
+    "secrets-via-secret-key-ref": (
+        DEPLOY, lambda p: set_env(vllm(p), "HF_TOKEN", "hf_abcdef"),
+        lambda p: set_env(vllm(p), "HF_TOKEN", {"valueFrom": {"secretKeyRef": {
+            "name": "hf", "key": "token"}}})),
+    "gpu-node-selector-real-label": (
+        DEPLOY, lambda p: p["spec"]["template"]["spec"].update(
+            nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-SXM"}),
+        lambda p: p["spec"]["template"]["spec"].pop("nodeSelector")),
+    "gpu-taint-tolerated": (
+        DEPLOY, lambda p: p["spec"]["template"]["spec"].pop("tolerations"),
+        lambda p: p["spec"]["template"]["spec"].update(tolerations=[
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+             "effect": "NoSchedule"}])),
+}
+
+
+@pytest.fixture(scope="session")
+def prod_plan(tmp_path_factory: pytest.TempPathFactory) -> list[Res]:
+    return recorded_prod(tmp_path_factory)[1]
+
+
+def find(plan: list[Res], selector: tuple[str, str]) -> int:
+    type_, part = selector
+    hits = [i for i, r in enumerate(plan) if r.type == type_ and part in r.name]
+    assert hits, f"no {type_} named *{part}* in the prod plan"
+    return hits[0]
+
+
+def mutated(plan: list[Res], selector: tuple[str, str], change: Any) -> tuple[list[Res], Res]:
+    i = find(plan, selector)
+    res = plan[i]
+    if change == "unprotect":
+        new = replace(res, protect=False)
+    elif change in ("default-provider", "renamed-provider"):
+        name = "default_4_34_0" if change == "default-provider" else "cluster-kubernetes"
+        prov = Res("pulumi:providers:kubernetes", name, {},
+                   urn=f"urn:pulumi:prod::gpu-cluster::pulumi:providers:kubernetes::{name}")
+        new = replace(res, provider=prov)
+    else:
+        props = json.loads(json.dumps(res.props))
+        change(props)
+        new = replace(res, props=props)
+    out = list(plan)
+    out[i] = new
+    return out, new
+
+
+def violations(rule: str, plan: list[Res], res: Res) -> list[str]:
+    an = Analyzer(prod_policy_config(), only={rule})
+    diags = an.analyze(res) + an.analyze_stack(plan)
+    return [d.message for d in diags if d.policy == rule]
+
+
+def test_every_rule_has_cases() -> None:
+    assert sorted(CASES) == sorted(p.name for p in gpu_guardrails.POLICIES)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_known_good_passes(rule: str, prod_plan: list[Res]) -> None:
+    selector = CASES[rule][0]
+    res = prod_plan[find(prod_plan, selector)]
+    assert violations(rule, prod_plan, res) == []
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_mutation_violates(rule: str, prod_plan: list[Res]) -> None:
+    selector, bad, _near = CASES[rule]
+    plan, res = mutated(copy.copy(prod_plan), selector, bad)
+    assert violations(rule, plan, res), f"{rule}: the mutation went unnoticed"
+
+
+@pytest.mark.parametrize("rule", sorted(r for r in CASES if CASES[r][2] is not None))
+def test_near_miss_passes(rule: str, prod_plan: list[Res]) -> None:
+    selector, _bad, near = CASES[rule]
+    plan, res = mutated(copy.copy(prod_plan), selector, near)
+    assert violations(rule, plan, res) == []
+
+
+def test_protect_near_miss(prod_plan: list[Res]) -> None:
+    # A claim that is not a checkpoint claim may be unprotected.
+    plan, res = mutated(prod_plan, DATA_PVC, "unprotect")
+    assert violations("checkpoint-volume-protected", plan, res) == []
+    plan, res = mutated(prod_plan, DATA_PV, lambda p: p["spec"].update(
+        persistentVolumeReclaimPolicy="Delete"))
+    assert violations("checkpoint-volume-retained", plan, res) == []

@@ -1,0 +1,98 @@
+"""The preview prints the physical work a change needs, in a safe order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_offline
+from test_node_changes import edit_inventory, edit_stack, render_baseline, seven_nodes
+
+from offline.diff import Change, Diff
+from offline.runbook import runbook
+
+DGX_HCAS = ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11")
+
+
+def book(project: Path, ok: tuple[int, ...] = (0,)) -> list[str]:
+    proc = run_offline(project, "preview")
+    assert proc.returncode in ok, proc.stdout + proc.stderr
+    return (project / "build/prod/runbook.txt").read_text().splitlines()
+
+
+def first(lines: list[str], needle: str) -> int:
+    return next(i for i, line in enumerate(lines) if needle in line)
+
+
+def test_no_physical_change_no_runbook(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, lambda c: c["workloads"]["inference"][0]["autoscaling"].update(
+        maxReplicas=5))
+    assert book(project) == [""]
+
+
+def test_remove_a_node(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, seven_nodes)
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    lines = book(project)
+    pulls = [line for line in lines if line.strip().split(" ")[1:2] == ["pull"]]
+    # Every rail of gpu-node-07: slot 7 on both 4-rail leaves, optical (its rack is r02).
+    assert len(pulls) == 8
+    for k, hca in enumerate(DGX_HCAS):
+        leaf, port = ("leaf-su1-r0-3", 8 * k + 8) if k < 4 else ("leaf-su1-r4-7", 8 * k - 24)
+        assert any(f"{leaf} port {port} <-> gpu-node-07 rail {k} ({hca})" in p for p in pulls)
+    assert all("[optical cross-rack]" in p for p in pulls)
+    assert first(lines, "cordon and drain gpu-node-07") < first(lines, "kubeadm reset on")
+    assert first(lines, "kubeadm reset on") < first(lines, "pull")
+    assert any("make verify-fabric" in line for line in lines)
+
+
+def test_add_a_node(project: Path) -> None:
+    edit_stack(project, seven_nodes)
+    full = (project / "inventory/prod.csv").read_text()
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    render_baseline(project)
+    (project / "Pulumi.prod.yaml").write_text((REPO / "Pulumi.prod.yaml").read_text())
+    (project / "inventory/prod.csv").write_text(full)
+    lines = book(project)
+    assert sum(" plug " in f" {line} " for line in lines) == 8
+    assert first(lines, "plug") < first(lines, "gpu-node-07 joins")
+    assert not any("drain" in line and "gpu-node-0" in line for line in lines)
+    assert any("NCCL acceptance test" in line for line in lines)
+
+
+def test_replace_a_node_needs_only_the_sm_files(project: Path) -> None:
+    render_baseline(project)
+    edit_inventory(project, lambda rows: [
+        r.replace(",0xb83fd20300a4", ",0xb83fd20300e4") if r.startswith("gpu-node-03,") else r
+        for r in rows])
+    lines = book(project)
+    assert any("subnet-manager files change on sm-01, sm-02" in line for line in lines)
+    assert not any(w in line for line in lines for w in (" plug ", " pull ", "drain"))
+
+
+def test_move_a_node_to_another_slot(project: Path) -> None:
+    edit_stack(project, seven_nodes)
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    render_baseline(project)
+    edit_stack(project, lambda c: c["gpuNodes"].update(overrides={"gpu-node-06": {"slot": 7}}))
+    lines = book(project)
+    drain = first(lines, "cordon and drain gpu-node-06 before touching its cables")
+    assert drain < first(lines, "pull") and drain < first(lines, "plug")
+    assert sum(" pull " in f" {line} " for line in lines) == 8
+    assert any("leaf-su1-r0-3 port 8 <-> gpu-node-06 rail 0 (mlx5_0)" in line
+               for line in lines)
+
+
+def _release(name: str) -> Change:
+    return Change("update", f"urn:x::{name}", "kubernetes:helm.sh/v3:Release", name,
+                  "platform", ["version"])
+
+
+@pytest.mark.parametrize("order", [("gpu-operator", "network-operator"),
+                                   ("network-operator", "gpu-operator")])
+def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
+    lines = runbook(Diff([_release(n) for n in order]))
+    assert first(lines, "upgrade network-operator") < first(lines, "upgrade gpu-operator")
+    assert "one node at a time" in lines[first(lines, "upgrade gpu-operator")]
