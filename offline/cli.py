@@ -91,7 +91,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
         lines[0] = f"(now rendered) {lines[0]}"
     for line in lines[:1] if args.quiet else lines:
         print(line)
-    steps = runbook(diff, args.stack)
+    steps = runbook(diff, args.stack, {d["urn"]: d.get("inputs") or {}
+                                       for d in r.rendered_docs.values()})
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     for line in steps:
         print(line)

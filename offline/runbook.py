@@ -10,8 +10,9 @@ map, one `interface ib 1/<port> description "<peer> [<media> <length>]"` line pe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .diff import Change, Diff
 
@@ -35,7 +36,10 @@ def _suffix(name: str, suffix: str) -> str | None:
     return name[: -len(suffix)] if name.endswith(suffix) else None
 
 
-def cable_moves(changes: Iterable[Change]) -> list[CableMove]:
+def cable_moves(changes: Iterable[Change],
+                new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[CableMove]:
+    """Port changes of every switch; a new switch's whole port map comes from `new_inputs`
+    (urn -> inputs of the new rendering)."""
     moves: list[CableMove] = []
     for ch in changes:
         switch = _suffix(ch.name, "-config")
@@ -43,8 +47,11 @@ def cable_moves(changes: Iterable[Change]) -> list[CableMove]:
             continue
         if ch.action == "delete":
             continue  # a whole switch leaves: listed under switches
+        lines = ch.text_diffs.get("stdin", [])
+        if ch.action == "create" and new_inputs and ch.urn in new_inputs:
+            lines = ["+" + line for line in str(new_inputs[ch.urn].get("stdin", "")).splitlines()]
         ports: dict[int, dict[str, tuple[str, str | None]]] = {}
-        for line in ch.text_diffs.get("stdin", []):
+        for line in lines:
             m = _PORT.match(line)
             if m:
                 ports.setdefault(int(m.group(2)), {})[m.group(1)] = (m.group(3), m.group(4))
@@ -52,7 +59,25 @@ def cable_moves(changes: Iterable[Change]) -> list[CableMove]:
             old, new = sides.get("-"), sides.get("+")
             moves.append(CableMove(switch, port, old and old[0], new and new[0],
                                    old and old[1], new and new[1]))
-    return moves
+    return _once_per_cable(moves)
+
+
+_SWITCH_PORT = re.compile(r"^(\S+) port (\d+)$")
+
+
+def _once_per_cable(moves: list[CableMove]) -> list[CableMove]:
+    """A switch-to-switch cable shows on both switches' port maps: keep it once."""
+    seen: set[frozenset[tuple[str, int]]] = set()
+    out = []
+    for mv in moves:
+        peer = _SWITCH_PORT.match(mv.new or mv.old or "")
+        if peer:
+            key = frozenset({(mv.switch, mv.port), (peer.group(1), int(peer.group(2)))})
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(mv)
+    return out
 
 
 def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
@@ -60,12 +85,13 @@ def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
                   if (h := _suffix(c.name, suffix)) is not None)
 
 
-def runbook(diff: Diff, stack: str = "prod") -> list[str]:
+def runbook(diff: Diff, stack: str = "prod",
+            new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
     changes = diff.changes
     leaving = _hosts(changes, "-member", "delete")
     joining = _hosts(changes, "-kubeadm-join", "create")
-    moves = cable_moves(changes)
+    moves = cable_moves(changes, new_inputs)
     sms = sorted(h for c in changes if c.action in ("update", "create")
                  if (h := _suffix(c.name, "-opensm")) is not None)
     switches = {c.name[: -len("-config")]: c.action for c in changes

@@ -96,3 +96,44 @@ def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
     lines = runbook(Diff([_release(n) for n in order]))
     assert first(lines, "upgrade network-operator") < first(lines, "upgrade gpu-operator")
     assert "one node at a time" in lines[first(lines, "upgrade gpu-operator")]
+
+
+def test_add_a_whole_su(project: Path) -> None:
+    import copy
+
+    import yaml
+
+    from offline.bench import scale_gpu_nodes
+
+    doc = scale_gpu_nodes(yaml.safe_load((project / "Pulumi.prod.yaml").read_text()), 32,
+                          free_slots=2)
+    stack = project / "Pulumi.prod.yaml"
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    bigger = copy.deepcopy(doc)
+    cluster = bigger["config"]["gpu-cluster:cluster"]
+    su2 = dict(cluster["gpuNodes"]["ranges"][0], start=32, count=30, su=2,
+               managementIpStart="10.10.3.100", bmcAddressStart="10.11.3.100",
+               racks=[f"su2-r{j:02d}" for j in range(1, 9)])
+    cluster["gpuNodes"]["ranges"].append(su2)
+    stack.write_text(yaml.safe_dump(bigger, sort_keys=False))
+    lines = book(project, ok=(0, 3))
+    for r in range(8):
+        assert any(f"rack and cable new switch leaf-su2-r{r}" in line for line in lines)
+    plugs = [line for line in lines if line.strip().split(" ")[1:2] == ["plug"]]
+    assert sum("gpu-node-" in p for p in plugs) == 30 * 8  # every rail of every new node
+    assert first(lines, "rack and cable new switch") < first(lines, "gpu-node-32 joins")
+
+
+def test_a_switch_to_switch_cable_is_listed_once() -> None:
+    def port_map(switch: str, line: str) -> Change:
+        return Change("update", f"urn:x::{switch}-config", "command:remote:Command",
+                      f"{switch}-config", "fabric", ["stdin"], [], {"stdin": [line]})
+
+    lines = runbook(Diff([
+        port_map("leaf-su1-r0", '+interface ib 1/33 description "spine-01 port 1 [dac in-rack]"'),
+        port_map("spine-01", '+interface ib 1/1 description "leaf-su1-r0 port 33 [dac in-rack]"'),
+    ]))
+    plugs = [line for line in lines if " plug " in f" {line} "]
+    assert plugs == ["  1. plug   leaf-su1-r0 port 33 <-> spine-01 port 1  [dac in-rack]"]
