@@ -120,8 +120,18 @@ def runbook(diff: Diff, stack: str = "prod",
         if host not in joining and host not in leaving and host not in recabled:
             steps.append(f"host preparation changes on {host}: drain it first if the change "
                          "needs a reboot (kernel arguments, drivers)")
+    # A peer unplugged from one port and plugged into another is one cable moving.
+    pulled = {mv.old: mv for mv in moves if mv.old and not mv.new}
+    plugged = {mv.new: mv for mv in moves if mv.new and not mv.old}
+    moved = sorted(set(pulled) & set(plugged))
+    for peer in moved:
+        a, b = pulled[peer], plugged[peer]
+        steps.append(f"move   {peer}: {a.switch} port {a.port} -> {b.switch} port {b.port}  "
+                     f"[{b.new_cable}]")
     for mv in moves:
         where = f"{mv.switch} port {mv.port}"
+        if (mv.old in moved and not mv.new) or (mv.new in moved and not mv.old):
+            continue
         if mv.old and not mv.new:
             steps.append(f"pull   {where} <-> {mv.old}  [{mv.old_cable}]")
         elif mv.new and not mv.old:

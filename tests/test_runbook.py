@@ -79,10 +79,12 @@ def test_move_a_node_to_another_slot(project: Path) -> None:
     edit_stack(project, lambda c: c["gpuNodes"].update(overrides={"gpu-node-06": {"slot": 7}}))
     lines = book(project)
     drain = first(lines, "cordon and drain gpu-node-06 before touching its cables")
-    assert drain < first(lines, "pull") and drain < first(lines, "plug")
-    assert sum(" pull " in f" {line} " for line in lines) == 8
-    assert any("leaf-su1-r0-3 port 8 <-> gpu-node-06 rail 0 (mlx5_0)" in line
-               for line in lines)
+    assert drain < first(lines, "move")
+    moves = [line for line in lines if line.strip().split(" ")[1:2] == ["move"]]
+    assert len(moves) == 8 and not any(" pull " in f" {line} " for line in lines)
+    # Slot 6 -> 7: every rail moves one port up on its leaf.
+    assert any("gpu-node-06 rail 0 (mlx5_0): leaf-su1-r0-3 port 7 -> leaf-su1-r0-3 port 8"
+               in line for line in moves)
 
 
 def _release(name: str) -> Change:
