@@ -386,11 +386,19 @@ def test_the_prod_config_itself_is_valid(prod):
 def test_kubernetes_1_36_is_beyond_both_operators(prod):
     mutate(prod, "kubernetes.version", "1.36.0")
     err = config_error(prod)
-    assert [p.path for p in err.problems] == ["kubernetes.version"] * 2
+    assert [p.path for p in err.problems] == ["kubernetes.version"] * 3
     text = str(err)
     assert "1.36.0" in text
     assert "Network Operator 26.4.1 supports Kubernetes 1.31-1.35" in text
     assert "GPU Operator v26.3.2 supports Kubernetes 1.30-1.35" in text
+    assert "Calico v3.31.3 is tested with Kubernetes 1.32-1.35" in text
+
+
+def test_calico_older_than_the_kubernetes_version(prod):
+    mutate(prod, "platform.calico.version", "v3.30.3")
+    err = config_error(prod)
+    assert [(p.path, p.value) for p in err.problems] == [("kubernetes.version", "1.35.2")]
+    assert "Calico v3.30.3 is tested with Kubernetes 1.31-1.33" in str(err)
 
 
 def test_incompatible_operator_pair_is_fine_without_gpudirect_rdma(prod):

@@ -33,6 +33,13 @@ GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
 # Trainer v2 (TrainJob). platform/training-operator/kustomization.yaml pins the same ref.
 TRAINING_OPERATOR_SERIES = "v1.9."
 
+# Calico (tigera-operator) minor series -> Kubernetes minor versions it is tested with
+# (Calico's per-release system requirements).
+CALICO_K8S: dict[str, tuple[int, int]] = {
+    "v3.30": (31, 33),
+    "v3.31": (32, 35),
+}
+
 # Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
 VOLCANO_HYPERNODE = ("1.12.0",)
 
@@ -99,6 +106,19 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
                "--gang-scheduler-name)", "use v1.9.4")
 
     yield from _lnet_problems(cluster)
+
+    calico = cluster.platform.calico.version
+    series = ".".join(calico.split(".")[:2])
+    calico_range = CALICO_K8S.get(series)
+    if calico_range is None:
+        yield ("platform.calico.version", calico, "is not in the compatibility table",
+               "use one of the series " + ", ".join(sorted(CALICO_K8S)) + " or add it to "
+               "components/planning/compat.py with its Kubernetes range")
+    elif not calico_range[0] <= minor <= calico_range[1]:
+        yield ("kubernetes.version", k8s,
+               f"Calico {calico} is tested with Kubernetes 1.{calico_range[0]}-"
+               f"1.{calico_range[1]}", "pick a Kubernetes version in that range or another "
+               "Calico release")
 
     vol = cluster.platform.volcano.version
     if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):
