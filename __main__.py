@@ -20,5 +20,8 @@ pulumi.export("fabric", {
     "oversubscription": cluster.fabric_plan.oversubscription_text(),
 })
 pulumi.export("apiEndpoint", f"https://{endpoint(config)}")
-# A secret output: `pulumi stack output kubeconfig --show-secrets > ~/.kube/config`.
-pulumi.export("kubeconfig", pulumi.Output.secret(cluster.kubernetes.admin_kubeconfig.stdout))
+if cluster.kubernetes is not None and cluster.kubernetes.admin_kubeconfig is not None:
+    # A secret output (the other stacks of a split site read it through a StackReference):
+    # `pulumi stack output kubeconfig --show-secrets > ~/.kube/config`.
+    pulumi.export("kubeconfig",
+                  pulumi.Output.secret(cluster.kubernetes.admin_kubeconfig.stdout))

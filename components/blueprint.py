@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
-from components.bootstrap import KubeadmCluster, KubeadmClusterArgs
-from components.config import CLUSTER_KEY, Cluster, Secrets
+from components.bootstrap import ControlPlaneHost, KubeadmCluster, KubeadmClusterArgs
+from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
 from components.fabric import (
     FabricArgs,
     InfinibandFabric,
@@ -36,6 +37,7 @@ from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
 from components.planning.fabric.render import report_lines as fabric_report
 from components.platform import Platform, PlatformArgs
+from components.remote import connection
 from components.storage import Storage, StorageArgs
 from components.workloads import AcceptanceGate, Workload, WorkloadArgs
 
@@ -46,11 +48,11 @@ class Blueprint:
 
     cluster: Cluster
     fabric_plan: FabricPlan
-    hardware: Hardware
-    fabric: InfinibandFabric
-    kubernetes: KubeadmCluster
-    platform: Platform
-    storage: Storage
+    hardware: Hardware | None
+    fabric: InfinibandFabric | None
+    kubernetes: KubeadmCluster | None
+    platform: Platform | None
+    storage: Storage | None
     workloads: dict[str, Workload]
     # Relative path under build/<stack>/ -> text. Pure renderings; never holds a secret.
     artifacts: dict[str, str] = field(default_factory=dict)
@@ -59,142 +61,208 @@ class Blueprint:
     def report(self) -> list[str]:
         """What a reviewer reads in the preview besides the diff: fabric and bring-up order."""
         c = self.cluster
-        workers = [n.hostname for n in c.nodes]
-        order = [
-            f"prepare hosts ({len(c.hosts) + len(workers)}: drivers, kernel, containerd, "
-            "scratch RAID0, LNet)",
-            "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
-                                            for sm in c.fabric.subnet_managers),
-            f"switch settings: {len(self.fabric.switches)} switches",
-            f"kubeadm init on {c.control_plane[0].hostname}" + _ha_joins(c),
-            f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each with its own "
-            f"{c.kubernetes.join_token_ttl_minutes}-minute token",
-            "platform: " + " -> ".join(self.platform.releases),
-            f"storage: {len(self.storage.claims)} Lustre volume claims",
-            "workloads: " + ", ".join(self.workloads),
-        ]
-        return fabric_report(self.fabric_plan) + ["Bring-up order:"] + [
+        workers = [n.hostname for n in _owned_nodes(c)]
+        order = []
+        if self.fabric is not None:
+            order += [
+                f"prepare hosts ({len(self.hardware.nodes) if self.hardware else 0}: drivers, "
+                "kernel, containerd, scratch RAID0, LNet)",
+                "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
+                                                for sm in c.fabric.subnet_managers),
+                f"switch settings: {len(self.fabric.switches)} switches",
+                f"kubeadm init on {c.control_plane[0].hostname}" + _ha_joins(c),
+            ]
+        if workers:
+            order.append(f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each "
+                         f"with its own {c.kubernetes.join_token_ttl_minutes}-minute token")
+        if self.platform is not None and self.storage is not None:
+            order += ["platform: " + " -> ".join(self.platform.releases),
+                      f"storage: {len(self.storage.claims)} Lustre volume claims"]
+        if self.workloads:
+            order.append("workloads: " + ", ".join(self.workloads))
+        if c.split is not None:
+            order.insert(0, f"this stack is the {c.split.part} part of a split site"
+                         + (f" (SUs {', '.join(map(str, c.split.sus))})" if c.split.sus else ""))
+        fabric = fabric_report(self.fabric_plan) if self.fabric is not None else []
+        return fabric + ["Bring-up order:"] + [
             f"  {i}. {step}" for i, step in enumerate(order, 1)]
 
 
+def _builds(cluster: Cluster, *parts: str) -> bool:
+    """Whether this stack builds any of `parts` (an unsplit stack builds everything)."""
+    return cluster.split is None or cluster.split.part in parts
+
+
+def _owned_nodes(cluster: Cluster) -> tuple[GpuNode, ...]:
+    """The GPU nodes this stack manages: all of them, or a split nodes stack's SUs."""
+    if cluster.split is None:
+        return cluster.nodes
+    if cluster.split.part != "nodes":
+        return ()
+    return tuple(n for n in cluster.nodes if n.su in cluster.split.sus)
+
+
 def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
+    """Every layer, or one part of a split site (`split`): core (hosts, fabric, control
+    plane), nodes (the GPU nodes of some SUs), platform (with storage) or workloads."""
     artifacts: dict[str, str] = {}
     fabric_plan = placement.plan(cluster)
     fabric_files = render_fabric_files(fabric_plan)
-    artifacts.update(fabric_files)
+    core = _builds(cluster, "core")
+    nodes = _owned_nodes(cluster)
+    if core:
+        artifacts.update(fabric_files)
 
     # hardware
     host_args: dict[str, BareMetalNodeArgs] = {}
-    for host in cluster.hosts:
+    for host in cluster.hosts if core else ():
         script = host_scripts.prepare_host(cluster, host, CLUSTER_KEY)
         host_args[host.hostname] = _host(cluster, secrets, host.hostname, host.role,
                                          str(host.management_ip), host.ssh_host_key, script,
                                          host.bmc_address)
-    for node in cluster.nodes:
+    for node in nodes:
         script = host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
         host_args[node.hostname] = _host(cluster, secrets, node.hostname, "gpu-worker",
                                          str(node.management_ip), node.ssh_host_key, script,
                                          node.bmc_address)
     for host, args in host_args.items():
         artifacts[f"scripts/{host}/prepare-host.sh"] = args.prepare_script
-    hardware = Hardware("hardware", host_args)
+    hardware = Hardware("hardware", host_args) if host_args else None
 
     # fabric
-    sm_files = {sm.hostname: sm_host_files(fabric_files, sm.hostname) for sm in fabric_plan.sm}
-    for host, files in sm_files.items():
-        artifacts[f"scripts/{host}/apply-opensm.sh"] = sm_apply_script(files)
-    domain = cluster.network.domain
-    ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
-    switches = {
-        name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")), host_key=keys.get(name),
-                         cli=switch_config.switch_cli(name, ports, host_sm=bool(fabric_plan.sm)))
-        for name, ports in switch_config.port_maps(fabric_plan).items()
-    }
-    for name, sw in switches.items():
-        artifacts[f"fabric/switches/{name}.cli"] = sw.cli
-    fabric = InfinibandFabric("fabric", FabricArgs(
-        sm_hosts={h: (hardware.nodes[h], files) for h, files in sm_files.items()},
-        switches=switches, switch_user=cluster.fabric.switch_user,
-        switch_password=secrets.switch_password))
+    fabric = None
+    if core:
+        assert hardware is not None
+        sm_files = {sm.hostname: sm_host_files(fabric_files, sm.hostname)
+                    for sm in fabric_plan.sm}
+        for host, files in sm_files.items():
+            artifacts[f"scripts/{host}/apply-opensm.sh"] = sm_apply_script(files)
+        domain = cluster.network.domain
+        ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
+        switches = {
+            name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
+                             host_key=keys.get(name),
+                             cli=switch_config.switch_cli(name, ports,
+                                                          host_sm=bool(fabric_plan.sm)))
+            for name, ports in switch_config.port_maps(fabric_plan).items()
+        }
+        for name, sw in switches.items():
+            artifacts[f"fabric/switches/{name}.cli"] = sw.cli
+        fabric = InfinibandFabric("fabric", FabricArgs(
+            sm_hosts={h: (hardware.nodes[h], files) for h, files in sm_files.items()},
+            switches=switches, switch_user=cluster.fabric.switch_user,
+            switch_password=secrets.switch_password))
 
     # bootstrap
     init_host = cluster.control_plane[0]
-    init_script = kubeadm.init_script(cluster, init_host)
-    join_scripts = {n.hostname: kubeadm.join_script(cluster, n) for n in cluster.nodes}
-    artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
-    for host, script in join_scripts.items():
-        artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
-    cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
-                  for h in cluster.control_plane[1:]}
-    for host, script in cp_scripts.items():
-        artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
-    leaves = placement.rail_leaves(fabric_plan)
-    kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
-        init_host=hardware.nodes[init_host.hostname],
-        init_script=init_script,
-        token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
-        workers={n.hostname: hardware.nodes[n.hostname] for n in cluster.nodes},
-        join_scripts=join_scripts,
-        control_planes={h: hardware.nodes[h] for h in cp_scripts},
-        control_plane_scripts=cp_scripts,
-        node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
-                     for n in cluster.nodes},
-    ), pulumi.ResourceOptions(depends_on=[fabric]))
+    cp = _control_plane_host(cluster, secrets, hardware)
+    kube = None
+    reference = None
+    if cluster.split is not None and cluster.split.kubernetes_stack:
+        # The core stack's kubeconfig output (a secret) builds this stack's provider.
+        reference = pulumi.StackReference(cluster.split.kubernetes_stack)
+    if core or nodes:
+        init_script = kubeadm.init_script(cluster, init_host) if core else None
+        join_scripts = {n.hostname: kubeadm.join_script(cluster, n) for n in nodes}
+        if init_script:
+            artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
+        for host, script in join_scripts.items():
+            artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
+        cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
+                      for h in cluster.control_plane[1:]} if core else {}
+        for host, script in cp_scripts.items():
+            artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
+        leaves = placement.rail_leaves(fabric_plan)
+        assert hardware is not None
+        kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
+            init_host=cp,
+            init_script=init_script,
+            token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
+            workers={n.hostname: hardware.nodes[n.hostname] for n in nodes},
+            join_scripts=join_scripts,
+            control_planes={h: hardware.nodes[h] for h in cp_scripts},
+            control_plane_scripts=cp_scripts,
+            node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
+                         for n in nodes},
+            kubeconfig=reference.get_output("kubeconfig") if reference else None,
+        ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
+    provider = kube.provider if kube is not None else None
+    if provider is None and reference is not None:
+        provider = k8s.Provider(
+            "kubernetes", kubeconfig=pulumi.Output.secret(reference.get_output("kubeconfig")),
+            enable_server_side_apply=True)
+    after_kube = [kube] if kube is not None else []
 
     # platform
-    with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
-              / "kustomization.yaml") as f:
-        platform.check_training_operator_dir(f.read(), cluster.platform.training_operator.version)
-    plat = Platform("platform", PlatformArgs(
-        provider=kube.provider,
-        namespaces=platform.namespaces(cluster),
-        releases=platform.helm_releases(cluster),
-        release_objects={
-            "metallb": platform.metallb_objects(cluster),
-            "cert-manager": platform.cert_manager_objects(cluster),
-            "network-operator": [platform.nic_cluster_policy(cluster),
-                                 platform.ip_pool(cluster)],
-            "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
-        },
-        network_attachments=platform.network_attachments(
-            cluster, platform.training_namespaces(cluster)),
-        training_operator_dir=platform.TRAINING_OPERATOR_DIR,
-    ), pulumi.ResourceOptions(depends_on=[kube]))
+    plat = store = None
+    if _builds(cluster, "platform"):
+        with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
+                  / "kustomization.yaml") as f:
+            platform.check_training_operator_dir(f.read(),
+                                                 cluster.platform.training_operator.version)
+        plat = Platform("platform", PlatformArgs(
+            provider=provider,
+            namespaces=platform.namespaces(cluster),
+            releases=platform.helm_releases(cluster),
+            release_objects={
+                "metallb": platform.metallb_objects(cluster),
+                "cert-manager": platform.cert_manager_objects(cluster),
+                "network-operator": [platform.nic_cluster_policy(cluster),
+                                     platform.ip_pool(cluster)],
+                "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
+            },
+            network_attachments=platform.network_attachments(
+                cluster, platform.training_namespaces(cluster)),
+            training_operator_dir=platform.TRAINING_OPERATOR_DIR,
+        ), pulumi.ResourceOptions(depends_on=after_kube))
 
-    # storage
-    store = Storage("storage", StorageArgs(
-        provider=kube.provider, csi_driver=storage.csi_driver_objects(cluster),
-        volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
-        pulumi.ResourceOptions(depends_on=[kube]))
+        # storage
+        store = Storage("storage", StorageArgs(
+            provider=provider, csi_driver=storage.csi_driver_objects(cluster),
+            volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
+            pulumi.ResourceOptions(depends_on=after_kube))
 
     # workloads
-    ready: list[Any] = [store, plat]
-    apps = {
-        job.name: Workload(job.name, WorkloadArgs(
-            provider=kube.provider, manifests=workloads.training_objects(cluster, job),
-            depends_on=ready))
-        for job in cluster.workloads.training
-    }
-    apps |= {
-        svc.name: Workload(svc.name, WorkloadArgs(
-            provider=kube.provider, manifests=workloads.inference_objects(cluster, svc),
-            depends_on=ready))
-        for svc in cluster.workloads.inference
-    }
-    test = cluster.workloads.nccl_test
-    if test is not None:
-        # The fabric acceptance test: nccl-tests over the GPU nodes, checked on the control
-        # plane after the MPIJob finishes; a failed check fails `pulumi up`.
-        gate_script = workloads.nccl_gate_script(cluster, test)
-        artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
-        gate = AcceptanceGate(connection=hardware.nodes[init_host.hostname].connection,
-                              script=gate_script, depends_on=[kube.init]) \
-            if test.gate else None
-        apps[test.name] = Workload(test.name, WorkloadArgs(
-            provider=kube.provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
-            depends_on=ready, gate=gate))
+    apps: dict[str, Workload] = {}
+    if _builds(cluster, "workloads"):
+        ready: list[Any] = [r for r in (store, plat) if r is not None]
+        apps = {
+            job.name: Workload(job.name, WorkloadArgs(
+                provider=provider, manifests=workloads.training_objects(cluster, job),
+                depends_on=ready))
+            for job in cluster.workloads.training
+        }
+        apps |= {
+            svc.name: Workload(svc.name, WorkloadArgs(
+                provider=provider, manifests=workloads.inference_objects(cluster, svc),
+                depends_on=ready))
+            for svc in cluster.workloads.inference
+        }
+        test = cluster.workloads.nccl_test
+        if test is not None:
+            # The fabric acceptance test: nccl-tests over the GPU nodes, checked on the control
+            # plane after the MPIJob finishes; a failed check fails `pulumi up`.
+            gate_script = workloads.nccl_gate_script(cluster, test)
+            artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
+            gate = AcceptanceGate(connection=cp.connection, script=gate_script,
+                                  depends_on=[kube.init] if kube and kube.init else []) \
+                if test.gate else None
+            apps[test.name] = Workload(test.name, WorkloadArgs(
+                provider=provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
+                depends_on=ready, gate=gate))
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())))
+
+
+def _control_plane_host(cluster: Cluster, secrets: Secrets,
+                        hardware: Hardware | None) -> ControlPlaneHost:
+    host = cluster.control_plane[0]
+    if hardware is not None and host.hostname in hardware.nodes:
+        node = hardware.nodes[host.hostname]
+        return ControlPlaneHost(host.hostname, node.connection, node.prepared)
+    # Prepared by the core stack of a split site: only reached over SSH from here.
+    return ControlPlaneHost(host.hostname, connection(
+        str(host.management_ip), cluster.ssh_user, secrets.ssh_private_key, host.ssh_host_key))
 
 
 def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address: str,

@@ -19,9 +19,21 @@ QUIET = command.remote.Logging.NONE
 
 
 @dataclass(frozen=True)
+class ControlPlaneHost:
+    """Where join tokens are minted: the first control-plane host, possibly prepared by
+    another stack of a split site (then `prepared` is None)."""
+
+    hostname: str
+    connection: Any
+    prepared: Any = None
+
+
+@dataclass(frozen=True)
 class KubeadmClusterArgs:
-    init_host: BareMetalNode
-    init_script: str
+    init_host: ControlPlaneHost
+    # None when another stack (a split site's core) initialises the control plane; `kubeconfig`
+    # (a secret, e.g. that stack's output) then builds the provider.
+    init_script: str | None
     token_ttl_minutes: int
     workers: dict[str, BareMetalNode]
     join_scripts: dict[str, str]
@@ -29,6 +41,11 @@ class KubeadmClusterArgs:
     control_planes: dict[str, BareMetalNode] = field(default_factory=dict)
     control_plane_scripts: dict[str, str] = field(default_factory=dict)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    kubeconfig: Any = None
+
+
+def _present(*resources: Any) -> list[Any]:
+    return [r for r in resources if r is not None]
 
 
 def _secret_opts(parent: pulumi.Resource, depends_on: list[Any]) -> pulumi.ResourceOptions:
@@ -43,31 +60,38 @@ class KubeadmCluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:bootstrap:KubeadmCluster", name, None, opts)
         cp = args.init_host
-        # `kubeadm init` is guarded in the script, protected here, and has no delete action:
-        # nothing the stack does can reset a live control plane.
-        self.init = command.remote.Command(
-            f"{cp.hostname}-kubeadm-init",
-            connection=cp.connection,
-            create="sudo bash -s",
-            stdin=args.init_script,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cp.prepared], protect=True),
-        )
+        self.init: command.remote.Command | None = None
+        self.admin_kubeconfig: command.remote.Command | None = None
+        if args.init_script is not None:
+            # `kubeadm init` is guarded in the script, protected here, and has no delete
+            # action: nothing the stack does can reset a live control plane.
+            self.init = command.remote.Command(
+                f"{cp.hostname}-kubeadm-init",
+                connection=cp.connection,
+                create="sudo bash -s",
+                stdin=args.init_script,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=_present(cp.prepared),
+                                            protect=True),
+            )
+            self.admin_kubeconfig = command.remote.Command(
+                "admin-kubeconfig",
+                connection=cp.connection,
+                create="sudo cat /etc/kubernetes/admin.conf",
+                logging=QUIET,
+                opts=_secret_opts(self, _present(self.init)),
+            )
+        after_init = _present(self.init)
         self.ca_cert_hash = command.remote.Command(
             "ca-cert-hash",
             connection=cp.connection,
             create=f"sudo sh -c {json.dumps(kubeadm.CA_HASH_COMMAND)}",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.init]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
         )
-        self.admin_kubeconfig = command.remote.Command(
-            "admin-kubeconfig",
-            connection=cp.connection,
-            create="sudo cat /etc/kubernetes/admin.conf",
-            logging=QUIET,
-            opts=_secret_opts(self, [self.init]),
-        )
+        kubeconfig = (self.admin_kubeconfig.stdout if self.admin_kubeconfig is not None
+                      else args.kubeconfig)
         self.provider = k8s.Provider(
             "kubernetes",
-            kubeconfig=pulumi.Output.secret(self.admin_kubeconfig.stdout),
+            kubeconfig=pulumi.Output.secret(kubeconfig),
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -88,7 +112,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.register_outputs({"workers": sorted(self.members)})
 
     def _join_control_planes(self, args: KubeadmClusterArgs,
-                             cp: BareMetalNode) -> dict[str, command.remote.Command]:
+                             cp: ControlPlaneHost) -> dict[str, command.remote.Command]:
         """HA: etcd grows one member at a time, so each join waits for the previous one.
 
         There is no delete action: the stack never resets a control-plane host."""
@@ -99,21 +123,21 @@ class KubeadmCluster(pulumi.ComponentResource):
             connection=cp.connection,
             create="sudo cat /etc/kubernetes/encryption-config.yaml",
             logging=QUIET,
-            opts=_secret_opts(self, [self.init]),
+            opts=_secret_opts(self, _present(self.init)),
         )
         joins: dict[str, command.remote.Command] = {}
-        previous: list[Any] = [self.init]
+        previous: list[Any] = _present(self.init)
         for host, node in sorted(args.control_planes.items()):
             token = command.remote.Command(
                 f"{host}-join-token", connection=cp.connection,
                 create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes,
                                                               host=host),
-                logging=QUIET, opts=_secret_opts(self, [self.init]))
+                logging=QUIET, opts=_secret_opts(self, _present(self.init)))
             # Re-uploads the control-plane certificates under a fresh key (valid two hours).
             cert_key = command.remote.Command(
                 f"{host}-certificate-key", connection=cp.connection,
                 create=f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}",
-                logging=QUIET, opts=_secret_opts(self, [self.init]))
+                logging=QUIET, opts=_secret_opts(self, _present(self.init)))
             joins[host] = command.remote.Command(
                 f"{host}-kubeadm-join",
                 connection=node.connection,
@@ -134,7 +158,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         return joins
 
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
-              cp: BareMetalNode) -> command.remote.Command:
+              cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
         # One short-lived token per join: adding a node never touches the other nodes' joins.
         token = command.remote.Command(
@@ -142,7 +166,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             connection=cp.connection,
             create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host),
             logging=QUIET,
-            opts=_secret_opts(self, [self.init]),
+            opts=_secret_opts(self, _present(self.init)),
         )
         join = command.remote.Command(
             f"{host}-kubeadm-join",

@@ -542,6 +542,17 @@ class Bmc(Model):
     ca_bundle: str | None = None  # PEM file for the BMCs' TLS certificates; unset: system CAs
 
 
+class Split(Model):
+    """One stack of a site split into several: the shared core, the GPU nodes of some SUs,
+    the platform, or the workloads. Every part reads the same cluster config; the parts after
+    the core build their Kubernetes provider from the core stack's `kubeconfig` output."""
+
+    part: Literal["core", "nodes", "platform", "workloads"]
+    sus: tuple[int, ...] = ()  # part nodes: the scalable units whose GPU nodes it owns
+    kubernetes_stack: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
 class Cluster(Model):
     name: DnsLabel
     environment: Literal["production", "staging", "development"]
@@ -556,6 +567,7 @@ class Cluster(Model):
     storage: Storage
     workloads: Workloads = Workloads()
     bmc: Bmc | None = None
+    split: Split | None = None
 
     @property
     def nodes(self) -> tuple[GpuNode, ...]:
@@ -945,6 +957,21 @@ def _semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat 
                                            for i, fs in enumerate(c.storage.lustre)]):
         yield Problem(path, value, f"file system name already used at {first}",
                       "give each Lustre file system its own name")
+
+    if c.split is not None:
+        sp = c.split
+        sus = {n.su for n in nodes}
+        if sp.part == "nodes" and (not sp.sus or set(sp.sus) - sus):
+            yield Problem("split.sus", list(sp.sus),
+                          f"a nodes stack owns existing SUs (this cluster has {sorted(sus)})",
+                          "list the SUs whose GPU nodes this stack manages")
+        if sp.part != "nodes" and sp.sus:
+            yield Problem("split.sus", list(sp.sus), f"only a nodes stack owns SUs, not "
+                          f"part {sp.part}", "remove split.sus")
+        if sp.part != "core" and sp.kubernetes_stack is None:
+            yield Problem("split.kubernetesStack", None,
+                          f"part {sp.part} needs the core stack's kubeconfig",
+                          "name the core stack as <org>/<project>/<stack>")
 
     yield from (Problem(*p) for p in compatibility_problems(c))
 

@@ -82,6 +82,12 @@ class OfflineMocks(_mocks.Mocks):
     EXTRA_OUTPUTS: dict[str, dict[str, Any]] = {
         "command:remote:Command": {"stdout": "", "stderr": ""},
         "command:local:Command": {"stdout": "", "stderr": ""},
+        # A referenced stack's outputs are not known offline: the kubeconfig a split stack
+        # reads stands in as a secret placeholder.
+        "pulumi:pulumi:StackReference": {
+            "outputs": {"kubeconfig": "offline-stack-reference-kubeconfig"},
+            "secretOutputNames": ["kubeconfig"],
+        },
     }
 
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
