@@ -2,17 +2,16 @@
 
 The stack file holds one structured key, `gpu-cluster:cluster`, plus separate `secure:` keys for
 secrets. Validation runs in two passes so every problem is reported with its exact key path:
-pydantic checks each field's type and range, then `_semantic_problems` checks the relations
-between fields (duplicates, overlaps, references, GPU arithmetic). Nothing here imports pulumi
-except `load_config`, so planning code and tests use the model without a Pulumi runtime.
+pydantic checks each field's type and range, then `config_checks.semantic_problems` checks the
+relations between fields (duplicates, overlaps, references, GPU arithmetic). Field types live in
+`config_types`. Nothing here imports pulumi except `load_config`, so planning code and tests use
+the model without a Pulumi runtime.
 """
 
 from __future__ import annotations
 
 import difflib
-import ipaddress
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, UnionType
@@ -21,170 +20,34 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
 )
-from pydantic.alias_generators import to_camel
 
+from components.config_types import (
+    _K8S_VERSION,
+    PROJECT,
+    Cidr,
+    ConfigError,
+    DnsLabel,
+    ExactVersion,
+    Guid,
+    HcaName,
+    HostKey,
+    IPv4,
+    Model,
+    PinnedImage,
+    PKey,
+    Problem,
+    Quantity,
+    _dns_label,
+    _read_only,
+)
+from components.config_types import CLUSTER_KEY as CLUSTER_KEY  # re-exported for callers
 from components.inventory import Inventory, InventoryError, load_inventory
-from components.planning.compat import compatibility_problems
 
-PROJECT = "gpu-cluster"
-CLUSTER_KEY = f"{PROJECT}:cluster"
 # Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).
 SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword")
-
-# ---------------------------------------------------------------- errors
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    value: Any
-    message: str
-    fix: str
-
-    def render(self) -> str:
-        return (
-            f"  {CLUSTER_KEY}.{self.path}: {self.message} (got {self.value!r}).\n"
-            f"      Fix: {self.fix}"
-        )
-
-
-class ConfigError(Exception):
-    """Raised before any resource is registered; lists every problem with its fix."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        lines = [f"Invalid stack config: {len(problems)} problem(s); nothing was registered."]
-        lines += [p.render() for p in problems]
-        super().__init__("\n".join(lines))
-
-
-# ---------------------------------------------------------------- field types
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_GUID = re.compile(r"^0x[0-9a-f]{16}$")
-_HCA = re.compile(r"^mlx5_\d{1,3}$")
-_HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/]+=*$")
-_MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
-_K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
-_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
-_QUANTITY = re.compile(r"^\d+(Ki|Mi|Gi|Ti|Pi)$")
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-
-
-def _dns_label(v: str) -> str:
-    if not _DNS_LABEL.match(v):
-        raise ValueError(
-            "is not an RFC 1123 label || use lowercase letters, digits and '-', starting and "
-            "ending with a letter or digit, at most 63 characters (e.g. gpu-node-00)"
-        )
-    return v
-
-
-def _guid(v: Any) -> str:
-    if isinstance(v, int):
-        v = f"0x{v:016x}"
-    v = str(v).lower()
-    if not _GUID.match(v):
-        raise ValueError("is not a 64-bit GUID || write 0x followed by 16 hex digits, as "
-                         "`ibstat` prints it (e.g. 0xb83fd20300a13c10)")
-    return v
-
-
-def _hca(v: str) -> str:
-    if not _HCA.match(v):
-        raise ValueError("is not an RDMA device name || use the ConnectX device name that "
-                         "`ibstat -l` lists, e.g. mlx5_0")
-    return v
-
-
-def _host_key(v: str) -> str:
-    if not _HOST_KEY.match(v):
-        raise ValueError("is not an OpenSSH public host key || paste the key type and base64 "
-                         "of `ssh-keyscan <host>`, e.g. 'ssh-ed25519 AAAA…'")
-    return v
-
-
-def _mac(v: str) -> str:
-    v = v.lower()
-    if not _MAC.match(v):
-        raise ValueError("is not a MAC address || write six hex pairs, e.g. 5c:25:73:0a:00:01")
-    return v
-
-
-def _pinned_image(v: str) -> str:
-    if "@" in v:
-        if not _DIGEST.search(v):
-            raise ValueError("has a malformed digest || use @sha256: followed by 64 hex digits")
-        return v
-    name, _, tag = v.rpartition(":")
-    if not name or "/" in tag or not tag:
-        raise ValueError("is not pinned || add a version tag (e.g. :v0.11.0) or an @sha256 "
-                         "digest")
-    if tag == "latest":
-        raise ValueError(":latest is not reproducible || pin a version tag or an @sha256 digest")
-    return v
-
-
-def _exact_version(v: str) -> str:
-    if not _EXACT_VERSION.match(v):
-        raise ValueError("is not an exact version || pin one release like v26.3.2 (no "
-                         "ranges, no 'latest')")
-    return v
-
-
-def _quantity(v: str) -> str:
-    if not _QUANTITY.match(v):
-        raise ValueError("is not a binary quantity || write a number with Ki/Mi/Gi/Ti/Pi, "
-                         "e.g. 64Gi or 100Ti")
-    return v
-
-
-def _pkey(v: Any) -> int:
-    if isinstance(v, str):
-        try:
-            v = int(v, 0)
-        except ValueError:
-            raise ValueError("is not a number || write the pkey as hex, e.g. 0x0a01") from None
-    if isinstance(v, bool) or not isinstance(v, int) or not 0x0001 <= v <= 0x7FFE:
-        shown = f"{v:#06x}" if isinstance(v, int) and not isinstance(v, bool) else repr(v)
-        raise ValueError(
-            f"pkey {shown} is outside 0x0001-0x7FFE || pick a free key in 0x0001-0x7FFE "
-            "(0x7FFF is the Default partition; 0x8000 is the full-membership bit opensm sets "
-            "per member)"
-        )
-    return v
-
-
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-Guid = Annotated[str, BeforeValidator(_guid)]
-HcaName = Annotated[str, AfterValidator(_hca)]
-HostKey = Annotated[str, AfterValidator(_host_key)]
-Mac = Annotated[str, AfterValidator(_mac)]
-PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
-ExactVersion = Annotated[str, AfterValidator(_exact_version)]
-Quantity = Annotated[str, AfterValidator(_quantity)]
-PKey = Annotated[int, BeforeValidator(_pkey)]
-def _read_only(v: dict) -> Mapping:
-    """Mappings inside the frozen model cannot be changed after validation either."""
-    return MappingProxyType(dict(v))
-
-
-IPv4 = ipaddress.IPv4Address
-Cidr = ipaddress.IPv4Network
-
-
-class Model(BaseModel):
-    """Frozen, no unknown keys, camelCase in the stack file and snake_case in Python."""
-
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
-
 
 # ---------------------------------------------------------------- hosts
 
@@ -576,7 +439,9 @@ class Cluster(Model):
         Only `validate_cluster` reads the inventory file; a model built any other way has
         nodes without inventory facts."""
         if self._expanded is None:
-            self._expanded = _expand_nodes(self, self._inventory)
+            from components.config_checks import expand_nodes
+
+            self._expanded = expand_nodes(self, self._inventory)
         return self._expanded[0]
 
     @property
@@ -596,384 +461,6 @@ class Cluster(Model):
 
     _inventory: Inventory = Inventory()
     _expanded: tuple[tuple[GpuNode, ...], list[Problem]] | None = None
-
-
-# ---------------------------------------------------------------- expansion
-
-
-def _expand_nodes(cluster: Cluster, inventory: Inventory
-                  ) -> tuple[tuple[GpuNode, ...], list[Problem]]:
-    """Merge template, range, override and inventory facts; collect (never raise) problems."""
-    spec = cluster.gpu_nodes
-    src = inventory.source
-    nodes: list[GpuNode] = []
-    problems: list[Problem] = []
-    for r_i, rng in enumerate(spec.ranges):
-        where = f"gpuNodes.ranges[{r_i}]"
-        if rng.count > len(rng.racks) * rng.nodes_per_rack:
-            problems.append(Problem(f"{where}.racks", list(rng.racks),
-                                    f"{rng.count} nodes do not fit {len(rng.racks)} rack(s) of "
-                                    f"{rng.nodes_per_rack}", "list enough racks for the range"))
-        for i in range(rng.count):
-            host = rng.hostname(i)
-            if not _DNS_LABEL.match(host):
-                problems.append(Problem(f"{where}.prefix", rng.prefix,
-                                        f"makes hostname {host!r}, not an RFC 1123 label",
-                                        "keep prefix + number within 63 characters"))
-                continue
-            ov = spec.overrides.get(host, NodeOverride())
-            facts = inventory.nodes.get(host)
-            try:
-                mgmt = ov.management_ip or rng.management_ip_start + i
-                bmc = ov.bmc_address or (rng.bmc_address_start + i
-                                         if rng.bmc_address_start else None)
-            except ipaddress.AddressValueError:
-                problems.append(Problem(f"{where}.managementIpStart",
-                                        str(rng.management_ip_start),
-                                        f"{rng.count} consecutive addresses run past "
-                                        "255.255.255.255", "start the range lower"))
-                break
-            hcas = ov.hcas or spec.template.hcas
-            rails = []
-            for r, hca in enumerate(hcas):
-                fact = facts.rails.get(r) if facts else None
-                if fact and fact.hca and ov.hcas and fact.hca != hca:
-                    problems.append(Problem(f"gpuNodes.overrides.{host}.hcas[{r}]", hca,
-                                            f"{src} says rail {r} is {fact.hca}",
-                                            "make the override and the inventory agree"))
-                guid = ov.port_guids[r] if ov.port_guids and r < len(ov.port_guids) else (
-                    fact.port_guid if fact else None)
-                rails.append(Rail(index=r, hca=(fact.hca if fact and fact.hca else hca),
-                                  port_guid=guid))
-            node = GpuNode(
-                hostname=host, management_ip=mgmt, bmc_address=bmc,
-                rack=ov.rack or rng.racks[min(i // rng.nodes_per_rack, len(rng.racks) - 1)],
-                su=ov.su or rng.su,
-                slot=ov.slot if ov.slot is not None else rng.first_slot + i,
-                rails=tuple(rails),
-                ssh_host_key=facts.ssh_host_key if facts else None,
-                management_mac=facts.management_mac if facts else None,
-                template=spec.template, origin=where,
-            )
-            if facts:
-                problems += _fact_problems(node, facts, src, spec.template.gpu.count)
-            nodes.append(_normalised(node))
-    return tuple(sorted(nodes, key=lambda n: n.hostname)), problems
-
-
-def _fact_problems(node: GpuNode, facts: Any, src: str, rails: int) -> list[Problem]:
-    """Inventory facts get the same checks as values in the stack file."""
-    out = []
-    checks: list[tuple[str, Any, Any]] = [(f"rail {r.index} hca", r.hca, _hca)
-                                          for r in node.rails]
-    checks += [(f"rail {r.index} portGuid", r.port_guid, _guid)
-               for r in node.rails if r.port_guid]
-    checks += [("managementMac", node.management_mac, _mac),
-               ("sshHostKey", node.ssh_host_key, _host_key)]
-    for what, value, check in checks:
-        if value is None:
-            continue
-        try:
-            check(value)
-        except ValueError as err:
-            msg, _, fix = str(err).partition(" || ")
-            out.append(Problem("inventoryFile", value, f"{src}: {node.hostname} {what} {msg}",
-                               fix or "correct the inventory file"))
-    for r in sorted(facts.rails):
-        if r >= rails:
-            out.append(Problem("inventoryFile", r, f"{src}: {node.hostname} has rail {r} but "
-                               f"nodes have {rails} rails (0..{rails - 1})",
-                               "remove the row or fix its rail number"))
-    return out
-
-
-def _normalised(node: GpuNode) -> GpuNode:
-    """Lower-case GUIDs and MACs from the inventory so comparisons are exact."""
-    rails = tuple(Rail(r.index, r.hca, r.port_guid.lower() if r.port_guid else None)
-                  for r in node.rails)
-    mac = node.management_mac.lower() if isinstance(node.management_mac, str) else None
-    return GpuNode(**{**node.__dict__, "rails": rails, "management_mac": mac})
-
-
-# ---------------------------------------------------------------- semantic checks
-
-
-def _duplicates(items: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, str]]:
-    """Yield (path, value, first_path) for every value already seen at an earlier path."""
-    seen: dict[Any, str] = {}
-    for path, value in items:
-        if value is None:
-            continue
-        if value in seen:
-            yield path, value, seen[value]
-        else:
-            seen[value] = path
-
-
-def _semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat list of checks
-    nodes = c.nodes
-    yield from c._expanded[1] if c._expanded else ()
-    host_paths = [(f"hosts[{i}].hostname", h.hostname) for i, h in enumerate(c.hosts)]
-    node_paths = [(f"{n.origin} ({n.hostname})", n.hostname) for n in nodes]
-    for path, value, first in _duplicates(host_paths + node_paths):
-        yield Problem(path, value, f"hostname already used at {first}",
-                      "give every host a unique hostname (node names become Kubernetes names)")
-
-    ips = [(f"hosts[{i}].managementIp", h.management_ip) for i, h in enumerate(c.hosts)]
-    ips += [(f"{n.origin} ({n.hostname}).managementIp", n.management_ip) for n in nodes]
-    for path, value, first in _duplicates(ips):
-        yield Problem(path, str(value), f"management IP already used at {first}",
-                      "give every host its own management IP")
-    for path, ip in ips:
-        if ip not in c.network.management_cidr:
-            yield Problem(path, str(ip), f"outside network.managementCidr "
-                          f"{c.network.management_cidr}",
-                          "use an address inside the management network or widen it")
-    bmcs = [(f"hosts[{i}].bmcAddress", h.bmc_address) for i, h in enumerate(c.hosts)]
-    bmcs += [(f"{n.origin} ({n.hostname}).bmcAddress", n.bmc_address) for n in nodes]
-    for path, value, first in _duplicates(bmcs):
-        yield Problem(path, str(value), f"BMC address already used at {first}",
-                      "give every BMC its own address")
-
-    known = {h for _, h in host_paths + node_paths}
-    gpu_hosts = {n.hostname for n in nodes}
-    for host in sorted(set(c.gpu_nodes.overrides) - gpu_hosts):
-        yield Problem(f"gpuNodes.overrides.{host}", host,
-                      "overrides a node no gpuNodes range defines",
-                      "fix the hostname or add the node to a gpuNodes range (hosts[] entries "
-                      "are configured in place)")
-    defined = known | {r.hostname(i) for r in c.gpu_nodes.ranges for i in range(r.count)}
-    for host in sorted(set(c._inventory.nodes) - defined):
-        yield Problem("inventoryFile", host,
-                      f"{c._inventory.source} describes a host the stack does not define",
-                      "remove the host from the inventory or add it to gpuNodes")
-
-    # GPUs and rails: one HCA per GPU rail, each HCA used once per node.
-    gpus = c.gpu_nodes.template.gpu.count
-    template_hcas = c.gpu_nodes.template.hcas
-    if len(template_hcas) != gpus:
-        yield Problem("gpuNodes.template.hcas", list(template_hcas),
-                      f"{len(template_hcas)} compute HCAs for {gpus} GPUs",
-                      "list exactly one compute HCA per GPU rail (rail r = position r)")
-    for n in nodes:
-        where = f"{n.origin} ({n.hostname})"
-        own_hcas = n.hostname in c.gpu_nodes.overrides and \
-            c.gpu_nodes.overrides[n.hostname].hcas is not None
-        if len(n.rails) != gpus and own_hcas:
-            yield Problem(f"{where}.hcas", [r.hca for r in n.rails],
-                          f"{len(n.rails)} compute HCAs for {gpus} GPUs",
-                          "list exactly one compute HCA per GPU rail (rail r = position r)")
-        for path, value, first in _duplicates([(f"{where}.rails[{r.index}].hca", r.hca)
-                                               for r in n.rails]):
-            yield Problem(path, value, f"HCA already used by {first}",
-                          "each rail needs its own HCA; check `ibstat -l` on the host")
-    guids = [(f"inventory:{n.hostname}.rails[{r.index}].portGuid", r.port_guid)
-             for n in nodes for r in n.rails]
-    guids += [(f"hosts[{i}].fabricPortGuid", h.fabric_port_guid) for i, h in enumerate(c.hosts)]
-    guids += [(f"fabric.switchGuids.{k}", v) for k, v in sorted(c.fabric.switch_guids.items())]
-    guids += [(f"inventory:switches.{k}", v)
-              for k, v in sorted(c._inventory.switch_guids.items())]
-    for path, value, first in _duplicates(guids):
-        yield Problem(path, value, f"GUID already used at {first}",
-                      "GUIDs are unique per port; re-read them with `ibstat` on each host")
-
-    # Fabric placement: a slot in an SU is a fixed set of leaf ports.
-    per_su = c.fabric.nodes_per_su
-    for n in nodes:
-        if n.slot >= per_su:
-            yield Problem(f"{n.origin} ({n.hostname}).slot", n.slot,
-                          f"SU slot outside 0..{per_su - 1}",
-                          f"an SU holds {per_su} nodes: start a new range with su: {n.su + 1}")
-    for path, value, first in _duplicates([(f"{n.origin} ({n.hostname})", (n.su, n.slot))
-                                           for n in nodes]):
-        yield Problem(path, f"su {value[0]} slot {value[1]}", f"same SU slot as {first}",
-                      "give each node its own slot (firstSlot or an override)")
-
-    # Control plane and subnet managers.
-    cp = c.control_plane
-    if len(cp) not in (1, 3, 5):
-        yield Problem("hosts", [h.hostname for h in cp],
-                      f"{len(cp)} control-plane hosts: etcd needs an odd quorum",
-                      "use 1 control-plane host, or 3 (or 5) with kubernetes."
-                      "controlPlaneEndpoint.vip set")
-    elif len(cp) > 1 and c.kubernetes.control_plane_endpoint.vip is None:
-        yield Problem("kubernetes.controlPlaneEndpoint.vip", None,
-                      f"{len(cp)} control-plane hosts need a virtual IP",
-                      "set a free management-network address as the kube-vip VIP")
-    vip = c.kubernetes.control_plane_endpoint.vip
-    if vip is not None and vip not in c.network.management_cidr:
-        yield Problem("kubernetes.controlPlaneEndpoint.vip", str(vip),
-                      "VIP outside network.managementCidr", "pick a management-network address")
-    for path, ip in ips:
-        if vip is not None and ip == vip:
-            yield Problem("kubernetes.controlPlaneEndpoint.vip", str(vip),
-                          f"is also {path}", "give kube-vip an address no host uses")
-    roles = {h.hostname: h.role for h in c.hosts}
-    sms = c.fabric.subnet_managers
-    for i, sm in enumerate(sms):
-        if roles.get(sm.host) != "sm-host":
-            yield Problem(f"fabric.subnetManagers[{i}].host", sm.host,
-                          "is not a host with role sm-host",
-                          "name a hosts[] entry whose role is sm-host")
-    for path, value, first in _duplicates([(f"fabric.subnetManagers[{i}].priority", s.priority)
-                                           for i, s in enumerate(sms)]):
-        yield Problem(path, value, f"same sm_priority as {first}",
-                      "give the master the highest priority (e.g. 15) and the standby a lower one")
-    for path, value, first in _duplicates([(f"fabric.subnetManagers[{i}].host", s.host)
-                                           for i, s in enumerate(sms)]):
-        yield Problem(path, value, f"subnet manager host repeated ({first})",
-                      "run one opensm per SM host")
-    if c.environment == "production" and len(sms) < 2:
-        yield Problem("fabric.subnetManagers", [s.host for s in sms],
-                      "production needs a master and a standby subnet manager",
-                      "add a second sm-host with a lower priority")
-    for path, value, first in _duplicates([(f"fabric.partitions[{i}].pkey", hex(p.pkey))
-                                           for i, p in enumerate(c.fabric.partitions)]):
-        yield Problem(path, value, f"pkey already used by {first}", "give each tenant its own pkey")
-    for path, value, first in _duplicates([(f"fabric.partitions[{i}].name", p.name)
-                                           for i, p in enumerate(c.fabric.partitions)]):
-        yield Problem(path, value, f"partition name already used by {first}",
-                      "give each partition its own name")
-    if not any(p.members in ("compute", "all") for p in c.fabric.partitions):
-        yield Problem("fabric.partitions", [p.name for p in c.fabric.partitions],
-                      "no partition gives the compute HCAs full membership",
-                      "add a training partition with members: compute")
-
-    # Address plan.
-    nets = [("network.managementCidr", c.network.management_cidr),
-            ("kubernetes.podCidr", c.kubernetes.pod_cidr),
-            ("kubernetes.serviceCidr", c.kubernetes.service_cidr),
-            ("network.rdmaCidr", c.network.rdma_cidr)]
-    if c.network.bmc_cidr:
-        nets.append(("network.bmcCidr", c.network.bmc_cidr))
-    for i, (pa, a) in enumerate(nets):
-        for pb, b in nets[i + 1:]:
-            if a.overlaps(b):
-                yield Problem(pb, str(b), f"overlaps {pa} {a}",
-                              "use disjoint ranges for management, pods, services and RDMA")
-    first, last = c.network.ingress_pool
-    if first > last or first not in c.network.management_cidr \
-            or last not in c.network.management_cidr:
-        yield Problem("network.ingressPool", [str(first), str(last)],
-                      "not an ascending range inside network.managementCidr",
-                      "give MetalLB [first, last] addresses on the management network")
-    else:
-        for path, ip in ips:
-            if first <= ip <= last:
-                yield Problem("network.ingressPool", [str(first), str(last)],
-                              f"contains {path} {ip}",
-                              "keep the MetalLB pool clear of host addresses")
-
-    kubelet = c.kubernetes.kubelet
-    gpu = c.gpu_nodes.template.gpu
-    if kubelet.topology_manager_policy == "single-numa-node" and gpu.count > 1 \
-            and gpu.numa_nodes > 1:
-        yield Problem("kubernetes.kubelet.topologyManagerPolicy", "single-numa-node",
-                      f"rejects pods needing all {gpu.count} GPUs, which span {gpu.numa_nodes} "
-                      "NUMA nodes", "use best-effort or restricted with scope pod")
-
-    # Storage references and workloads.
-    for i, j in enumerate(c.workloads.training):
-        path = f"workloads.training[{i}]"
-        ds, ck = c.lustre(j.dataset), c.lustre(j.checkpoints)
-        if ds is None or ds.purpose != "dataset":
-            yield Problem(f"{path}.dataset", j.dataset, "is not a storage.lustre dataset",
-                          "name a storage.lustre entry with purpose: dataset")
-        if ck is None or ck.purpose != "checkpoints":
-            yield Problem(f"{path}.checkpoints", j.checkpoints,
-                          "is not a storage.lustre checkpoints file system",
-                          "name a storage.lustre entry with purpose: checkpoints")
-        if j.nodes > len(nodes):
-            yield Problem(f"{path}.nodes", j.nodes, f"more nodes than the {len(nodes)} GPU nodes",
-                          "lower nodes or add GPU nodes")
-        if j.gpus_per_node != gpus:
-            yield Problem(f"{path}.gpusPerNode", j.gpus_per_node,
-                          f"multi-node training takes whole nodes of {gpus} GPUs",
-                          f"set gpusPerNode: {gpus}")
-        world = j.nodes * j.gpus_per_node
-        if j.tensor_parallel * j.pipeline_parallel * j.data_parallel != world:
-            yield Problem(f"{path}.dataParallel", j.data_parallel,
-                          f"TP {j.tensor_parallel} x PP {j.pipeline_parallel} x DP "
-                          f"{j.data_parallel} != {world} GPUs ({j.nodes} nodes x "
-                          f"{j.gpus_per_node})",
-                          f"make tensorParallel x pipelineParallel x dataParallel = {world}")
-        if j.tensor_parallel > j.gpus_per_node:
-            yield Problem(f"{path}.tensorParallel", j.tensor_parallel,
-                          "tensor parallelism crosses nodes (it needs NVLink bandwidth)",
-                          f"keep tensorParallel <= {j.gpus_per_node}; use pipeline parallelism "
-                          "across nodes")
-        if j.elastic_min_nodes is not None and j.elastic_min_nodes > j.nodes:
-            yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes, "exceeds nodes",
-                          "set elasticMinNodes <= nodes")
-        if j.launcher == "mpijob" and j.elastic_min_nodes is not None \
-                and j.elastic_min_nodes < j.nodes:
-            yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes,
-                          "an MPIJob has a fixed world size (mpirun -np)",
-                          "drop elasticMinNodes or use launcher: pytorchjob")
-    nt = c.workloads.nccl_test
-    if nt is not None:
-        if nt.nodes is not None and nt.nodes > len(nodes):
-            yield Problem("workloads.ncclTest.nodes", nt.nodes,
-                          f"more nodes than the {len(nodes)} GPU nodes",
-                          "lower nodes or leave it unset to test every GPU node")
-        if nt.namespace not in {j.namespace for j in c.workloads.training}:
-            yield Problem("workloads.ncclTest.namespace", nt.namespace,
-                          "has no RDMA network attachment (only training namespaces get one)",
-                          "use the namespace of a workloads.training job")
-    for i, s in enumerate(c.workloads.inference):
-        path = f"workloads.inference[{i}]"
-        w = c.lustre(s.weights)
-        if w is None or w.purpose != "model-weights":
-            yield Problem(f"{path}.weights", s.weights, "is not a storage.lustre model-weights "
-                          "file system", "name a storage.lustre entry with purpose: model-weights")
-        if s.tensor_parallel != s.gpus_per_pod:
-            yield Problem(f"{path}.tensorParallel", s.tensor_parallel,
-                          f"differs from gpusPerPod {s.gpus_per_pod}",
-                          "vLLM shards the model over exactly the pod's GPUs: make them equal")
-        a = s.autoscaling
-        if a.min_replicas > a.max_replicas:
-            yield Problem(f"{path}.autoscaling.minReplicas", a.min_replicas,
-                          f"above maxReplicas {a.max_replicas}", "set minReplicas <= maxReplicas")
-        if c.environment == "production" and a.min_replicas < 2:
-            yield Problem(f"{path}.autoscaling.minReplicas", a.min_replicas,
-                          "one replica in production means downtime on every node drain",
-                          "keep at least 2 replicas in production")
-        if s.gpus_per_pod > gpus:
-            yield Problem(f"{path}.gpusPerPod", s.gpus_per_pod, f"nodes have {gpus} GPUs",
-                          f"use at most {gpus} GPUs per pod")
-        if a.max_replicas * s.gpus_per_pod > c.total_gpus:
-            yield Problem(f"{path}.autoscaling.maxReplicas", a.max_replicas,
-                          f"{a.max_replicas} x {s.gpus_per_pod} GPUs exceeds the cluster's "
-                          f"{c.total_gpus}", "lower maxReplicas or gpusPerPod")
-    for path, value, first in _duplicates(
-        [(f"workloads.training[{i}].name", (j.namespace, j.name))
-         for i, j in enumerate(c.workloads.training)]
-        + [(f"workloads.inference[{i}].name", (s.namespace, s.name))
-           for i, s in enumerate(c.workloads.inference)]
-    ):
-        yield Problem(path, "/".join(value), f"workload name already used at {first}",
-                      "give each workload its own name")
-    for path, value, first in _duplicates([(f"storage.lustre[{i}].name", fs.name)
-                                           for i, fs in enumerate(c.storage.lustre)]):
-        yield Problem(path, value, f"file system name already used at {first}",
-                      "give each Lustre file system its own name")
-
-    if c.split is not None:
-        sp = c.split
-        sus = {n.su for n in nodes}
-        if sp.part == "nodes" and (not sp.sus or set(sp.sus) - sus):
-            yield Problem("split.sus", list(sp.sus),
-                          f"a nodes stack owns existing SUs (this cluster has {sorted(sus)})",
-                          "list the SUs whose GPU nodes this stack manages")
-        if sp.part != "nodes" and sp.sus:
-            yield Problem("split.sus", list(sp.sus), f"only a nodes stack owns SUs, not "
-                          f"part {sp.part}", "remove split.sus")
-        if sp.part != "core" and sp.kubernetes_stack is None:
-            yield Problem("split.kubernetesStack", None,
-                          f"part {sp.part} needs the core stack's kubeconfig",
-                          "name the core stack as <org>/<project>/<stack>")
-
-    yield from (Problem(*p) for p in compatibility_problems(c))
 
 
 # ---------------------------------------------------------------- entry points
@@ -1082,7 +569,9 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
                                        "fix the file as described")]) from None
         cluster._inventory = inventory
         cluster._expanded = None
-    problems = list(_semantic_problems(cluster))
+    from components.config_checks import semantic_problems
+
+    problems = list(semantic_problems(cluster))
     if problems:
         raise ConfigError(problems)
     return cluster

@@ -1,0 +1,169 @@
+"""Building blocks of the cluster model: the problem report every config error becomes, the
+constrained field types (hostnames, GUIDs, HCA names, pinned images, pkeys, …) and the frozen,
+camelCase, unknown-keys-rejected base model."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic.alias_generators import to_camel
+
+PROJECT = "gpu-cluster"
+CLUSTER_KEY = f"{PROJECT}:cluster"
+
+# ---------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    value: Any
+    message: str
+    fix: str
+
+    def render(self) -> str:
+        return (
+            f"  {CLUSTER_KEY}.{self.path}: {self.message} (got {self.value!r}).\n"
+            f"      Fix: {self.fix}"
+        )
+
+
+class ConfigError(Exception):
+    """Raised before any resource is registered; lists every problem with its fix."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = [f"Invalid stack config: {len(problems)} problem(s); nothing was registered."]
+        lines += [p.render() for p in problems]
+        super().__init__("\n".join(lines))
+
+
+# ---------------------------------------------------------------- field types
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_GUID = re.compile(r"^0x[0-9a-f]{16}$")
+_HCA = re.compile(r"^mlx5_\d{1,3}$")
+_HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/]+=*$")
+_MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
+_K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
+_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+_QUANTITY = re.compile(r"^\d+(Ki|Mi|Gi|Ti|Pi)$")
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def _dns_label(v: str) -> str:
+    if not _DNS_LABEL.match(v):
+        raise ValueError(
+            "is not an RFC 1123 label || use lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit, at most 63 characters (e.g. gpu-node-00)"
+        )
+    return v
+
+
+def _guid(v: Any) -> str:
+    if isinstance(v, int):
+        v = f"0x{v:016x}"
+    v = str(v).lower()
+    if not _GUID.match(v):
+        raise ValueError("is not a 64-bit GUID || write 0x followed by 16 hex digits, as "
+                         "`ibstat` prints it (e.g. 0xb83fd20300a13c10)")
+    return v
+
+
+def _hca(v: str) -> str:
+    if not _HCA.match(v):
+        raise ValueError("is not an RDMA device name || use the ConnectX device name that "
+                         "`ibstat -l` lists, e.g. mlx5_0")
+    return v
+
+
+def _host_key(v: str) -> str:
+    if not _HOST_KEY.match(v):
+        raise ValueError("is not an OpenSSH public host key || paste the key type and base64 "
+                         "of `ssh-keyscan <host>`, e.g. 'ssh-ed25519 AAAA…'")
+    return v
+
+
+def _mac(v: str) -> str:
+    v = v.lower()
+    if not _MAC.match(v):
+        raise ValueError("is not a MAC address || write six hex pairs, e.g. 5c:25:73:0a:00:01")
+    return v
+
+
+def _pinned_image(v: str) -> str:
+    if "@" in v:
+        if not _DIGEST.search(v):
+            raise ValueError("has a malformed digest || use @sha256: followed by 64 hex digits")
+        return v
+    name, _, tag = v.rpartition(":")
+    if not name or "/" in tag or not tag:
+        raise ValueError("is not pinned || add a version tag (e.g. :v0.11.0) or an @sha256 "
+                         "digest")
+    if tag == "latest":
+        raise ValueError(":latest is not reproducible || pin a version tag or an @sha256 digest")
+    return v
+
+
+def _exact_version(v: str) -> str:
+    if not _EXACT_VERSION.match(v):
+        raise ValueError("is not an exact version || pin one release like v26.3.2 (no "
+                         "ranges, no 'latest')")
+    return v
+
+
+def _quantity(v: str) -> str:
+    if not _QUANTITY.match(v):
+        raise ValueError("is not a binary quantity || write a number with Ki/Mi/Gi/Ti/Pi, "
+                         "e.g. 64Gi or 100Ti")
+    return v
+
+
+def _pkey(v: Any) -> int:
+    if isinstance(v, str):
+        try:
+            v = int(v, 0)
+        except ValueError:
+            raise ValueError("is not a number || write the pkey as hex, e.g. 0x0a01") from None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0x0001 <= v <= 0x7FFE:
+        shown = f"{v:#06x}" if isinstance(v, int) and not isinstance(v, bool) else repr(v)
+        raise ValueError(
+            f"pkey {shown} is outside 0x0001-0x7FFE || pick a free key in 0x0001-0x7FFE "
+            "(0x7FFF is the Default partition; 0x8000 is the full-membership bit opensm sets "
+            "per member)"
+        )
+    return v
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+Guid = Annotated[str, BeforeValidator(_guid)]
+HcaName = Annotated[str, AfterValidator(_hca)]
+HostKey = Annotated[str, AfterValidator(_host_key)]
+Mac = Annotated[str, AfterValidator(_mac)]
+PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+ExactVersion = Annotated[str, AfterValidator(_exact_version)]
+Quantity = Annotated[str, AfterValidator(_quantity)]
+PKey = Annotated[int, BeforeValidator(_pkey)]
+def _read_only(v: dict) -> Mapping:
+    """Mappings inside the frozen model cannot be changed after validation either."""
+    return MappingProxyType(dict(v))
+
+
+IPv4 = ipaddress.IPv4Address
+Cidr = ipaddress.IPv4Network
+
+
+class Model(BaseModel):
+    """Frozen, no unknown keys, camelCase in the stack file and snake_case in Python."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
