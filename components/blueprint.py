@@ -107,11 +107,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     plane), nodes (the GPU nodes of some SUs), platform (with storage) or workloads."""
     artifacts: dict[str, str] = {}
     fabric_plan = placement.plan(cluster)
-    fabric_files = render_fabric_files(fabric_plan)
     core = _builds(cluster, "core")
     nodes = _owned_nodes(cluster)
-    if core:
-        artifacts.update(fabric_files)
+    # The fabric files are the core part's: only it pushes them to the subnet managers.
+    fabric_files = render_fabric_files(fabric_plan) if core else {}
+    artifacts.update(fabric_files)
 
     # hardware
     host_args: dict[str, BareMetalNodeArgs] = {}

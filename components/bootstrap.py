@@ -111,6 +111,13 @@ class KubeadmCluster(pulumi.ComponentResource):
         }
         self.register_outputs({"workers": sorted(self.members)})
 
+    def _read_secret(self, name: str, cp: ControlPlaneHost, create: str
+                     ) -> command.remote.Command:
+        """A command on the control plane whose stdout is a credential: secret, never logged."""
+        return command.remote.Command(
+            name, connection=cp.connection, create=create, logging=QUIET,
+            opts=_secret_opts(self, _present(self.init)))
+
     def _join_control_planes(self, args: KubeadmClusterArgs,
                              cp: ControlPlaneHost) -> dict[str, command.remote.Command]:
         """HA: etcd grows one member at a time, so each join waits for the previous one.
@@ -118,26 +125,16 @@ class KubeadmCluster(pulumi.ComponentResource):
         There is no delete action: the stack never resets a control-plane host."""
         if not args.control_planes:
             return {}
-        encryption = command.remote.Command(
-            "encryption-config",
-            connection=cp.connection,
-            create="sudo cat /etc/kubernetes/encryption-config.yaml",
-            logging=QUIET,
-            opts=_secret_opts(self, _present(self.init)),
-        )
+        encryption = self._read_secret(
+            "encryption-config", cp, "sudo cat /etc/kubernetes/encryption-config.yaml")
         joins: dict[str, command.remote.Command] = {}
         previous: list[Any] = _present(self.init)
         for host, node in sorted(args.control_planes.items()):
-            token = command.remote.Command(
-                f"{host}-join-token", connection=cp.connection,
-                create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes,
-                                                              host=host),
-                logging=QUIET, opts=_secret_opts(self, _present(self.init)))
+            token = self._join_token(host, cp, args)
             # Re-uploads the control-plane certificates under a fresh key (valid two hours).
-            cert_key = command.remote.Command(
-                f"{host}-certificate-key", connection=cp.connection,
-                create=f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}",
-                logging=QUIET, opts=_secret_opts(self, _present(self.init)))
+            cert_key = self._read_secret(
+                f"{host}-certificate-key", cp,
+                f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}")
             joins[host] = command.remote.Command(
                 f"{host}-kubeadm-join",
                 connection=node.connection,
@@ -157,17 +154,17 @@ class KubeadmCluster(pulumi.ComponentResource):
             previous = [joins[host]]
         return joins
 
+    def _join_token(self, host: str, cp: ControlPlaneHost,
+                    args: KubeadmClusterArgs) -> command.remote.Command:
+        # One short-lived token per join: adding a node never touches the other nodes' joins.
+        return self._read_secret(
+            f"{host}-join-token", cp,
+            "sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host))
+
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
               cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
-        # One short-lived token per join: adding a node never touches the other nodes' joins.
-        token = command.remote.Command(
-            f"{host}-join-token",
-            connection=cp.connection,
-            create="sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host),
-            logging=QUIET,
-            opts=_secret_opts(self, _present(self.init)),
-        )
+        token = self._join_token(host, cp, args)
         join = command.remote.Command(
             f"{host}-kubeadm-join",
             connection=node.connection,

@@ -62,17 +62,25 @@ def _print_policies(r: Rendering, quiet: bool) -> None:
     print(f"  disabled: {', '.join(disabled) if disabled else 'none'}")
 
 
-def cmd_preview(args: argparse.Namespace) -> int:
-    project = Path(args.project_dir).resolve()
+def _render(project: Path, args: argparse.Namespace, policy_config: Path | None = None,
+            with_policies: bool = True) -> Rendering | int:
+    """The rendering, or the exit status after printing why there is none."""
     try:
-        r = render(project, args.stack, Path(args.policy_config) if args.policy_config else None,
-                   timeout=args.timeout)
+        return render(project, args.stack, policy_config, with_policies=with_policies,
+                      timeout=args.timeout)
     except ConfigFailure as err:
         print(str(err), file=sys.stderr)
         return EXIT_CONFIG
     except RunFailure as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    project = Path(args.project_dir).resolve()
+    r = _render(project, args, Path(args.policy_config) if args.policy_config else None)
+    if isinstance(r, int):
+        return r
     write_tree(project / "build" / args.stack, r.build)
     diff, current = diff_against_rendered(project, args.stack, r)
     # The same diff as data, for tools (and tests) that act on what a change touches.
@@ -106,14 +114,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 def cmd_check_rendered(args: argparse.Namespace) -> int:
     project = Path(args.project_dir).resolve()
-    try:
-        r = render(project, args.stack, with_policies=False, timeout=args.timeout)
-    except ConfigFailure as err:
-        print(str(err), file=sys.stderr)
-        return EXIT_CONFIG
-    except RunFailure as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+    r = _render(project, args, with_policies=False)
+    if isinstance(r, int):
+        return r
     diff, _ = diff_against_rendered(project, args.stack, r)
     if diff.empty:
         print(f"rendered/{args.stack} is up to date ({len(r.rendered)} resources)")

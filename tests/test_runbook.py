@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, run_offline
 from test_node_changes import edit_inventory, edit_stack, render_baseline, seven_nodes
 
+from offline.bench import scale_gpu_nodes
 from offline.diff import Change, Diff
 from offline.runbook import runbook
 
@@ -101,12 +104,6 @@ def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
 
 
 def test_add_a_whole_su(project: Path) -> None:
-    import copy
-
-    import yaml
-
-    from offline.bench import scale_gpu_nodes
-
     doc = scale_gpu_nodes(yaml.safe_load((project / "Pulumi.prod.yaml").read_text()), 32,
                           free_slots=2)
     stack = project / "Pulumi.prod.yaml"
