@@ -5,9 +5,11 @@ from pathlib import Path
 import pulumi
 
 from components.blueprint import build
+from components.collector import tune_collector
 from components.config import load_config
 from components.planning.kubeadm import endpoint
 
+tune_collector()
 config, secrets = load_config(Path(__file__).parent)
 cluster = build(config, secrets)
 

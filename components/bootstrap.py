@@ -87,6 +87,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             create=f"sudo sh -c {json.dumps(kubeadm.CA_HASH_COMMAND)}",
             opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
         )
+        self._ca_hash = self.ca_cert_hash.stdout.apply(str.strip)  # one Output for every join
         kubeconfig = (self.admin_kubeconfig.stdout if self.admin_kubeconfig is not None
                       else args.kubeconfig)
         self.provider = k8s.Provider(
@@ -143,7 +144,7 @@ class KubeadmCluster(pulumi.ComponentResource):
                 stdin=args.control_plane_scripts[host],
                 environment={
                     "JOIN_TOKEN": token.stdout.apply(str.strip),
-                    "CA_CERT_HASH": self.ca_cert_hash.stdout.apply(str.strip),
+                    "CA_CERT_HASH": self._ca_hash,
                     "CERTIFICATE_KEY": cert_key.stdout.apply(str.strip),
                     "ENCRYPTION_CONFIG": encryption.stdout,
                 },
@@ -171,7 +172,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             create="sudo --preserve-env=JOIN_TOKEN,CA_CERT_HASH bash -s",
             stdin=args.join_scripts[host],
             environment={"JOIN_TOKEN": token.stdout.apply(str.strip),
-                         "CA_CERT_HASH": self.ca_cert_hash.stdout.apply(str.strip)},
+                         "CA_CERT_HASH": self._ca_hash},
             # Runs only after `<host>-member` was deleted, i.e. after the drain succeeded.
             delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
                    "kubeadm reset --force --cleanup-tmp-dir'",

@@ -1,9 +1,13 @@
 """Scaling benchmark: offline previews of 8…1024 GPU nodes against the SDK floor.
 
 The floor is a child process that registers the same number of trivial ConfigMaps under the
-same mocks and monitor and does nothing else: what the Pulumi SDK alone costs. Every run is a
-fresh child process; its peak RSS comes from `os.wait4` (that child's own rusage). Timings are
-reported, never asserted.
+same mocks and monitor and does nothing else: what the Pulumi SDK alone costs. It runs twice:
+as is, and with the program's own garbage-collector settings (`components/collector.py`), so a
+reader can tell what the program saves by tuning the collector from what it costs per resource.
+"Program" is the time the program runs under the mocks (the `program` phase of the preview); the
+whole preview adds rendering, policies, the diff and writing build/. Every run is a fresh child
+process; its peak RSS comes from `os.wait4` (that child's own rusage). Timings are reported,
+never asserted.
 """
 
 from __future__ import annotations
@@ -93,7 +97,6 @@ def scale_gpu_nodes(
 @dataclass
 class Sample:
     seconds: float
-    cpu_seconds: float  # user + sys: steadier than wall time on a shared machine
     max_rss_mib: float
     returncode: int
     output: str
@@ -110,47 +113,60 @@ def run_child(cmd: list[str], cwd: Path) -> Sample:
     # wait4 reports this child's own peak RSS (KiB on Linux), not a running maximum.
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Sample(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
-                  usage.ru_maxrss / 1024, proc.returncode, out)
+    return Sample(time.perf_counter() - t0, usage.ru_maxrss / 1024, proc.returncode, out)
 
 
 FLOOR_PROGRAM = """\
 import pulumi_kubernetes as k8s
-for i in range({count}):
+{tune}for i in range({count}):
     k8s.core.v1.ConfigMap(f"cm-{{i:05d}}", data={{"k": "v"}})
 """
+# The program's collector settings, applied after the imports as `__main__.py` does.
+TUNE = "from components.collector import tune_collector\ntune_collector()\n"
 
 
-def synthetic_project(root: Path, count: int) -> Path:
+def synthetic_project(root: Path, count: int, tune: bool = False) -> Path:
     """A project that registers `count` ConfigMaps: the floor program and the 4000-CM check."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "Pulumi.yaml").write_text("name: gpu-cluster\nruntime: python\n")
     (root / f"Pulumi.{BENCH_STACK}.yaml").write_text("config: {}\n")
-    (root / "__main__.py").write_text(FLOOR_PROGRAM.format(count=count))
+    (root / "__main__.py").write_text(
+        FLOOR_PROGRAM.format(count=count, tune=TUNE if tune else ""))
     return root
 
 
-def floor_main(count: int) -> int:
+def floor_main(count: int, collector_of: str | None = None) -> int:
     """Child: register `count` ConfigMaps under the runner's mocks/monitor, nothing else."""
     from .runtime import run_program
     from .stackconfig import load_stack_config
 
+    if collector_of:
+        sys.path.insert(0, str(Path(collector_of).resolve()))
     with tempfile.TemporaryDirectory() as tmp:
-        project = synthetic_project(Path(tmp), count)
+        project = synthetic_project(Path(tmp), count, tune=bool(collector_of))
         t0 = time.perf_counter()
         result = run_program(project, load_stack_config(project, BENCH_STACK))
-        print(json.dumps({"registered": len(result.registrations),
-                          "seconds": time.perf_counter() - t0}))
+        seconds = time.perf_counter() - t0
+        print("floor " + json.dumps({"registered": len(result.registrations), "seconds": seconds}))
     return 0
 
 
-def _floor(count: int, cwd: Path) -> Sample:
-    return run_child([sys.executable, "-m", "offline", "floor", str(count)], cwd)
+def _floor(count: int, cwd: Path, collector_of: Path | None = None) -> Sample:
+    extra = ["--collector-of", str(collector_of)] if collector_of else []
+    return run_child([sys.executable, "-m", "offline", "floor", str(count), *extra], cwd)
 
 
 def _preview(project: Path, stack: str) -> Sample:
     return run_child([sys.executable, "-m", "offline", "preview", "--stack", stack,
-                      "--project-dir", str(project), "--quiet"], project)
+                      "--project-dir", str(project), "--quiet", "--timings"], project)
+
+
+def _reported(sample: Sample, prefix: str) -> dict[str, Any]:
+    """The JSON a child printed after `prefix` (the floor's result, the preview's timings)."""
+    for line in sample.output.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):])
+    raise SystemExit(f"no '{prefix}' line in the child's output:\n{sample.output[-3000:]}")
 
 
 # ---------------------------------------------------------------- drivers
@@ -194,9 +210,11 @@ def bench_sizes(project: Path, stack: str, sizes: list[int],
                 continue
             count = _resources(dst)
             floor = _floor(count, Path(tmp))
-            rows.append(_row(n, count, run, floor) | {"gpu_nodes": _gpu_nodes(doc)})
-            print(f"  {n} nodes: {count} resources, {run.seconds:.1f}s "
-                  f"(floor {floor.seconds:.1f}s)", file=sys.stderr)
+            tuned = _floor(count, Path(tmp), collector_of=project)
+            row = _row(n, count, run, floor, tuned) | {"gpu_nodes": _gpu_nodes(doc)}
+            rows.append(row)
+            print(f"  {n} nodes: {count} resources, program {row['program']:.1f}s "
+                  f"(floor {row['floor']:.1f}s), preview {run.seconds:.1f}s", file=sys.stderr)
     return rows
 
 
@@ -207,29 +225,36 @@ def bench_synthetic(count: int) -> list[dict[str, Any]]:
         if run.returncode != 0:
             raise SystemExit(f"synthetic preview failed:\n{run.output[-3000:]}")
         floor = _floor(count, Path(tmp))
-        return [_row("-", count, run, floor)]
+        return [_row("-", count, run, floor, None)]
 
 
-def _row(nodes: int | str, count: int, run: Sample, floor: Sample) -> dict[str, Any]:
-    return {"nodes": nodes, "resources": count, "seconds": run.seconds, "cpu": run.cpu_seconds,
-            "rss": run.max_rss_mib, "floor": floor.seconds, "floor_cpu": floor.cpu_seconds,
+def _row(nodes: int | str, count: int, run: Sample, floor: Sample, tuned: Sample | None
+         ) -> dict[str, Any]:
+    return {"nodes": nodes, "resources": count, "seconds": run.seconds, "rss": run.max_rss_mib,
+            "program": _reported(run, "timings ")["program"],
+            "floor": _reported(floor, "floor ")["seconds"], "floor_process": floor.seconds,
+            "floor_tuned": _reported(tuned, "floor ")["seconds"] if tuned else None,
             "floor_rss": floor.max_rss_mib}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| GPU nodes (slots) | resources | resources/node | preview s | floor s | time/floor "
-        "| preview CPU s | floor CPU s | CPU/floor | ms/resource | peak RSS MiB | floor RSS MiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| GPU nodes (slots) | resources | resources/node | program s | floor s | program/floor "
+        "| floor, same GC s | program/same-GC floor | preview s | floor process s "
+        "| preview/floor process | ms/resource | peak RSS MiB | floor RSS MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         real = r.get("gpu_nodes", r["nodes"])
         per_node = f"{r['resources'] / real:.1f}" if isinstance(real, int) else "-"
         label = f"{real} ({r['nodes']})" if real != r["nodes"] else str(real)
+        tuned = r["floor_tuned"]
         lines.append(
-            f"| {label} | {r['resources']} | {per_node} | {r['seconds']:.2f} "
-            f"| {r['floor']:.2f} | {r['seconds'] / r['floor']:.2f} "
-            f"| {r['cpu']:.2f} | {r['floor_cpu']:.2f} | {r['cpu'] / r['floor_cpu']:.2f} "
+            f"| {label} | {r['resources']} | {per_node} | {r['program']:.2f} "
+            f"| {r['floor']:.2f} | {r['program'] / r['floor']:.2f} "
+            + (f"| {tuned:.2f} | {r['program'] / tuned:.2f} " if tuned else "| - | - ")
+            + f"| {r['seconds']:.2f} | {r['floor_process']:.2f} "
+            f"| {r['seconds'] / r['floor_process']:.2f} "
             f"| {1000 * r['seconds'] / r['resources']:.2f} | {r['rss']:.0f} "
             f"| {r['floor_rss']:.0f} |"
         )
@@ -237,9 +262,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     if 128 in by_n and 1024 in by_n:
         a, b = by_n[128], by_n[1024]
         t, n = b["seconds"] / a["seconds"], b["resources"] / a["resources"]
-        c = b["cpu"] / a["cpu"]
         lines.append("")
-        lines.append(f"time(1024)/time(128) = {t:.2f} (CPU {c:.2f}) for {n:.2f}x the resources "
+        lines.append(f"time(1024)/time(128) = {t:.2f} (program {b['program'] / a['program']:.2f}) "
+                     f"for {n:.2f}x the resources "
                      f"(scaling exponent {math.log(t) / math.log(n):.2f}; 1.00 = linear)")
     return "\n".join(lines)
 

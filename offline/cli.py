@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,6 +107,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(line)
     _print_policies(r, args.quiet)
     print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
+    if args.timings:
+        print("timings " + json.dumps({k: round(v, 3) for k, v in r.timings.items()}))
     if any(v.level == "mandatory" for v in r.violations):
         print("mandatory policy violations: failing", file=sys.stderr)
         return EXIT_MANDATORY
@@ -136,7 +139,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_floor(args: argparse.Namespace) -> int:
     from .bench import floor_main
 
-    return floor_main(args.count)
+    return floor_main(args.count, args.collector_of)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--render", action="store_true",
                    help="rewrite rendered/<stack>/ to match (removing files of gone resources)")
     p.add_argument("--quiet", action="store_true", help="totals and mandatory violations only")
+    p.add_argument("--timings", action="store_true",
+                   help="print seconds spent in the program, rendering and policies (JSON)")
     p.add_argument("--policy-config", help="JSON policy config (the `pulumi preview "
                    "--policy-pack-config` format); default policies/policy-config.<stack>.json "
                    "when it exists")
@@ -173,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("floor", help=argparse.SUPPRESS)  # child process of `bench`
     p.add_argument("count", type=int)
+    p.add_argument("--collector-of", metavar="PROJECT_DIR",
+                   help="apply that project's garbage-collector settings, as its program does")
     p.set_defaults(func=cmd_floor)
     return ap
 

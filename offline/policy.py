@@ -187,7 +187,7 @@ def _options(res: Resource) -> PolicyResourceOptions:
 
 
 def _run(result: Any) -> None:
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):  # most rules return None
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(result)
@@ -208,13 +208,14 @@ def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
     resolved = resolve(pack, config)
     secrets = set(plan.secret_strings) | set(extra_secrets)
     found: list[Violation] = []
-    res_policies = [(p, lvl, props) for p, lvl, props in resolved
-                    if isinstance(p, ResourceValidationPolicy) and lvl != EnforcementLevel.DISABLED]
-    stack_policies = [(p, lvl, props) for p, lvl, props in resolved
-                      if isinstance(p, StackValidationPolicy) and lvl != EnforcementLevel.DISABLED]
 
     def level_name(lvl: EnforcementLevel) -> str:
         return "mandatory" if lvl == EnforcementLevel.REMEDIATE else lvl.value
+
+    res_policies = [(p, level_name(lvl), props) for p, lvl, props in resolved
+                    if isinstance(p, ResourceValidationPolicy) and lvl != EnforcementLevel.DISABLED]
+    stack_policies = [(p, level_name(lvl), props) for p, lvl, props in resolved
+                      if isinstance(p, StackValidationPolicy) and lvl != EnforcementLevel.DISABLED]
 
     def unknown_note(policy: Any, err: UnknownValueError, urn: str | None) -> Violation:
         return Violation("advisory", policy.name, urn,
@@ -236,8 +237,7 @@ def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
             props = LazyProps(res.reg.inputs)
             opts = _options(res)
             prov = provider_of(res)
-            for policy, lvl, pconf in res_policies:
-                level = level_name(lvl)
+            for policy, level, pconf in res_policies:
 
                 def report(message: str, urn: str | None = None, *, _p: Any = policy,
                            _l: str = level, _u: str = res.urn) -> None:
@@ -268,8 +268,7 @@ def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                 for k, v in res.reg.property_dependencies.items()
             }
         resources = list(objs.values())
-        for policy, lvl, pconf in stack_policies:
-            level = level_name(lvl)
+        for policy, level, pconf in stack_policies:
 
             def report_stack(message: str, urn: str | None = None, *, _p: Any = policy,
                              _l: str = level) -> None:

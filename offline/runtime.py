@@ -168,11 +168,15 @@ class RecordingMonitor(_mocks.MockMonitor):
             for key in asos:
                 if key in state and not is_secret(state[key]):
                     state[key] = {SIG_KEY: SECRET_SIG, "value": state[key]}
-        if state is inputs:
-            obj = request.object
-        else:
+        obj = request.object
+        if state is not inputs:
+            # Copy the wire struct and set only what differs: re-encoding the whole state would
+            # walk every large input (scripts, chart values) a second time.
             obj = struct_pb2.Struct()
-            obj.update(state)
+            obj.CopyFrom(request.object)
+            changed = {k: v for k, v in state.items() if k not in inputs or inputs[k] is not v}
+            if changed:
+                obj.update(changed)
         with self._lock:
             self.registrations.append(reg)
             self.resources[urn] = _mocks.MockMonitor.ResourceRegistration(urn, id_, state)

@@ -59,10 +59,18 @@ def test_partial_last_su() -> None:
 
 
 def test_table_reports_ratios() -> None:
-    row = {"resources": 100, "seconds": 2.0, "cpu": 1.5, "rss": 100.0, "floor": 1.0,
-           "floor_cpu": 1.0, "floor_rss": 90.0}
+    row = {"resources": 100, "seconds": 2.0, "rss": 100.0, "program": 1.5, "floor": 1.0,
+           "floor_process": 1.25, "floor_tuned": 0.75, "floor_rss": 90.0}
     text = table([{**row, "nodes": 128, "gpu_nodes": 126},
-                  {**row, "nodes": 1024, "resources": 800, "seconds": 16.0, "cpu": 12.0}])
-    assert "| 126 (128) | 100 | 0.8 | 2.00 | 1.00 | 2.00 |" in text
-    assert "time(1024)/time(128) = 8.00 (CPU 8.00) for 8.00x the resources" in text
+                  {**row, "nodes": 1024, "resources": 800, "seconds": 16.0, "program": 12.0}])
+    # program/floor 1.5, program/same-GC floor 2.0, preview/floor process 1.6
+    assert ("| 126 (128) | 100 | 0.8 | 1.50 | 1.00 | 1.50 | 0.75 | 2.00 | 2.00 | 1.25 | 1.60 |"
+            in text)
+    assert "time(1024)/time(128) = 8.00 (program 8.00) for 8.00x the resources" in text
     assert "scaling exponent 1.00" in text
+
+
+def test_synthetic_table_has_no_same_gc_floor() -> None:
+    row = {"nodes": "-", "resources": 10, "seconds": 1.0, "rss": 1.0, "program": 0.5,
+           "floor": 0.5, "floor_process": 1.0, "floor_tuned": None, "floor_rss": 1.0}
+    assert "| - | 10 | - | 0.50 | 0.50 | 1.00 | - | - | 1.00 | 1.00 | 1.00 |" in table([row])
