@@ -70,7 +70,8 @@ class Blueprint:
                 "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
                                                 for sm in c.fabric.subnet_managers),
                 f"switch settings: {len(self.fabric.switches)} switches",
-                f"kubeadm init on {c.control_plane[0].hostname}" + _ha_joins(c),
+                f"kubeadm init on {c.control_plane[0].hostname}, then the kubelet settings "
+                "joining nodes read" + _ha_joins(c),
             ]
         if workers:
             order.append(f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each "
@@ -164,8 +165,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     if core or nodes:
         init_script = kubeadm.init_script(cluster, init_host) if core else None
         join_scripts = {n.hostname: kubeadm.join_script(cluster, n) for n in nodes}
+        kubelet_script = kubeadm.kubelet_config_script(cluster, init_host) if core else None
         if init_script:
             artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
+        if kubelet_script:
+            artifacts[f"scripts/{init_host.hostname}/kubelet-config.sh"] = kubelet_script
         for host, script in join_scripts.items():
             artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
         cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
@@ -185,6 +189,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
                          for n in nodes},
             kubeconfig=reference.get_output("kubeconfig") if reference else None,
+            kubelet_config_script=kubelet_script,
         ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
     provider = kube.provider if kube is not None else None
     if provider is None and reference is not None:

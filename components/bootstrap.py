@@ -42,6 +42,8 @@ class KubeadmClusterArgs:
     control_plane_scripts: dict[str, str] = field(default_factory=dict)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     kubeconfig: Any = None
+    # Uploads the KubeletConfiguration joining nodes read (with the init, in the same stack).
+    kubelet_config_script: str | None = None
 
 
 def _present(*resources: Any) -> list[Any]:
@@ -81,6 +83,18 @@ class KubeadmCluster(pulumi.ComponentResource):
                 opts=_secret_opts(self, _present(self.init)),
             )
         after_init = _present(self.init)
+        self.kubelet_config: command.remote.Command | None = None
+        if args.kubelet_config_script is not None:
+            # Re-run whenever the configuration changes; there is nothing to undo on delete.
+            self.kubelet_config = command.remote.Command(
+                "kubelet-config",
+                connection=cp.connection,
+                create="sudo bash -s",
+                stdin=args.kubelet_config_script,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
+            )
+        # Joins wait for it: a node joining in the same update gets the new kubelet settings.
+        self._before_join = _present(self.kubelet_config)
         self.ca_cert_hash = command.remote.Command(
             "ca-cert-hash",
             connection=cp.connection,
@@ -149,7 +163,7 @@ class KubeadmCluster(pulumi.ComponentResource):
                     "ENCRYPTION_CONFIG": encryption.stdout,
                 },
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                    node.prepared, token, cert_key, encryption, *previous],
+                    node.prepared, token, cert_key, encryption, *previous, *self._before_join],
                     ignore_changes=["environment"], protect=True),
             )
             previous = [joins[host]]
@@ -176,7 +190,8 @@ class KubeadmCluster(pulumi.ComponentResource):
             # Runs only after `<host>-member` was deleted, i.e. after the drain succeeded.
             delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
                    "kubeadm reset --force --cleanup-tmp-dir'",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[node.prepared, token],
+            opts=pulumi.ResourceOptions(parent=self,
+                                        depends_on=[node.prepared, token, *self._before_join],
                                         ignore_changes=["environment"]),
         )
         # Lives on the control plane; deleting it cordons and drains the node before the

@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project-dir", default=".")
     p.add_argument("--stack", default="prod", help="stack file to scale (prod)")
     p.add_argument("--sizes", default="8,64,128,256,1024", help="GPU node counts")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per size; each time reported is the fastest (3)")
     p.add_argument("--synthetic", type=int, default=0, metavar="N",
                    help="instead: a synthetic program registering N ConfigMaps vs the floor")
     p.set_defaults(func=cmd_bench)

@@ -4,7 +4,8 @@ checks afterwards. Read from the diff alone, so it works for any two renderings.
 Its inputs are conventions of the stack's resources: `<host>-member` (cluster membership, its
 delete drains), `<host>-kubeadm-join` (its delete resets), `<switch>-config` (a switch's port
 map, one `interface ib 1/<port> description "<peer> [<media> <length>]"` line per cable),
-`<host>-opensm` (subnet-manager files), Helm releases named after their chart.
+`<host>-opensm` (subnet-manager files), `kubelet-config` (the KubeletConfiguration joining nodes
+read), Helm releases named after their chart.
 """
 
 from __future__ import annotations
@@ -36,14 +37,22 @@ def _suffix(name: str, suffix: str) -> str | None:
     return name[: -len(suffix)] if name.endswith(suffix) else None
 
 
+def _switch(ch: Change) -> str | None:
+    """The switch whose port map this change is, if it is one (`<switch>-config` of the fabric
+    layer; other layers have `-config` commands too, e.g. the kubelet's)."""
+    if ch.layer != "fabric" or ch.type != "command:remote:Command":
+        return None
+    return _suffix(ch.name, "-config")
+
+
 def cable_moves(changes: Iterable[Change],
                 new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[CableMove]:
     """Port changes of every switch; a new switch's whole port map comes from `new_inputs`
     (urn -> inputs of the new rendering)."""
     moves: list[CableMove] = []
     for ch in changes:
-        switch = _suffix(ch.name, "-config")
-        if switch is None or ch.type != "command:remote:Command":
+        switch = _switch(ch)
+        if switch is None:
             continue
         if ch.action == "delete":
             continue  # a whole switch leaves: listed under switches
@@ -85,6 +94,33 @@ def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
                   if (h := _suffix(c.name, suffix)) is not None)
 
 
+# Kubelet settings whose change needs the kubelet's checkpoint removed before it restarts.
+_CHECKPOINTED = {"cpuManagerPolicy": "cpu_manager_state", "memoryManagerPolicy":
+                 "memory_manager_state"}
+
+
+def _kubelet_roll(change: Change, joining: list[str],
+                  new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """A changed KubeletConfiguration: uploaded by `pulumi up`, rolled by hand node by node."""
+    members = sorted(h for urn in new_inputs or {}
+                     if (h := _suffix(urn.rpartition("::")[2], "-member")) is not None)
+    existing = [h for h in members if h not in joining]
+    changed = " ".join(change.text_diffs.get("stdin", []))
+    states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if f"{key}:" in changed]
+    which = (f"the {len(existing)} nodes joined before ({existing[0]} … {existing[-1]})"
+             if len(existing) > 1 else existing[0] if existing else "every node joined before")
+    # The kubelet refuses to start on a checkpoint written under the other policy.
+    restart = (f"systemctl stop kubelet && rm -f {' '.join(states)} && systemctl start kubelet"
+               if states else "systemctl restart kubelet")
+    return [
+        "kubelet configuration changes: `pulumi up` uploads it to the kubelet-config ConfigMap "
+        "before any join, so nodes joining from now on get it",
+        f"roll it to {which}, one node at a time: kubectl drain <node> --ignore-daemonsets "
+        "--delete-emptydir-data; on the node: kubeadm upgrade node phase kubelet-config && "
+        f"{restart}; kubectl uncordon <node>",
+    ]
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -94,13 +130,14 @@ def runbook(diff: Diff, stack: str = "prod",
     moves = cable_moves(changes, new_inputs)
     sms = sorted(h for c in changes if c.action in ("update", "create")
                  if (h := _suffix(c.name, "-opensm")) is not None)
-    switches = {c.name[: -len("-config")]: c.action for c in changes
-                if c.name.endswith("-config") and c.type == "command:remote:Command"}
+    switches = {sw: c.action for c in changes if (sw := _switch(c)) is not None}
     prepared = _hosts(changes, "-prepare", "update")
     operators = [c.name for name in OPERATOR_ORDER for c in changes
                  if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
                  and c.action in ("update", "replace")]
-    if not (leaving or joining or moves or sms or operators or prepared
+    kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
+                    and c.action in ("update", "replace")), None)
+    if not (leaving or joining or moves or sms or operators or prepared or kubelet
             or any(a != "update" for a in switches.values())):
         return []
 
@@ -158,6 +195,8 @@ def runbook(diff: Diff, stack: str = "prod",
             " first (DOCA/OFED driver pods upgrade one node at a time, each drained)"
             if name == "network-operator" else
             " after the network operator (GPU driver upgrades one node at a time, drained)"))
+    if kubelet is not None:
+        steps.extend(_kubelet_roll(kubelet, joining, new_inputs))
     checks = []
     if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "

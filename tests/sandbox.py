@@ -241,6 +241,8 @@ rm -f "$S/mounts/$(esc "${*: -1}")"
 """,
     "kubeadm": r"""
 sub=${1-}; shift || true
+phase=''
+if [ "$sub" = init ] && [ "${1-}" = phase ]; then phase="${2-} ${3-}"; shift 3 || true; fi
 cfg='' skip_token=0 skip_key=0 upload=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -256,6 +258,16 @@ K=/etc/kubernetes
 case "$sub" in
   init)
     [ -n "$cfg" ] && [ -f "$cfg" ] || { echo "kubeadm: config file $cfg not found" >&2; exit 1; }
+    if [ -n "$phase" ]; then
+      [ "$phase" = "upload-config kubelet" ] \
+        || { echo "kubeadm stub: phase '$phase' not modelled" >&2; exit 1; }
+      [ -e "$K/admin.conf" ] || { echo "kubeadm: $K/admin.conf: no such file" >&2; exit 1; }
+      grep -q '^kind: KubeletConfiguration' "$cfg" \
+        || { echo "kubeadm: no KubeletConfiguration in $cfg" >&2; exit 1; }
+      cp "$cfg" "$S/kubelet-config-configmap"  # what the cluster's ConfigMap now holds
+      echo "[upload-config] Uploading the kubelet component config to a ConfigMap"
+      exit 0
+    fi
     grep -q '^kind: InitConfiguration' "$cfg" \
       || { echo "kubeadm: no InitConfiguration in $cfg" >&2; exit 1; }
     if [ -e "$K/manifests/kube-apiserver.yaml" ] || [ -e "$K/admin.conf" ]; then
@@ -636,6 +648,8 @@ def prod_scripts() -> dict[str, str]:
         scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files)
     init_host = cluster.control_plane[0]
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
+    scripts[f"{init_host.hostname}/kubelet-config.sh"] = kubeadm.kubelet_config_script(
+        cluster, init_host)
     scripts |= {f"{n.hostname}/kubeadm-join.sh": kubeadm.join_script(cluster, n)
                 for n in cluster.nodes}
     if cluster.workloads.nccl_test is not None:

@@ -38,7 +38,8 @@ NODES = {n.hostname: n for n in CLUSTER.nodes}
 ROLES = {h.hostname: h.role for h in CLUSTER.hosts} | dict.fromkeys(NODES, "gpu-worker")
 HOSTS = sorted({key.split("/")[0] for key in SCRIPTS})
 # Deploy order on one host: prepared first (every other command depends on `<host>-prepare`).
-ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubeadm-join.sh", "apply-opensm.sh")
+ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubelet-config.sh", "kubeadm-join.sh",
+         "apply-opensm.sh")
 TOKEN = "abcdef.0123456789abcdef"
 JOIN_ENV = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
 CP = CLUSTER.control_plane[0].hostname
@@ -140,6 +141,19 @@ def check_init(sb: Sandbox, run: Run) -> None:
         assert secret not in run.output
 
 
+UPLOAD = ("kubeadm", "init", "phase", "upload-config", "kubelet", "--config",
+          "/etc/kubernetes/gpu-cluster-kubelet.yaml")
+
+
+def check_kubelet_config(sb: Sandbox, run: Run) -> None:
+    assert run.changes == [UPLOAD]
+    uploaded = (sb.state / "kubelet-config-configmap").read_text()
+    kl = CLUSTER.kubernetes.kubelet
+    assert "kind: KubeletConfiguration" in uploaded
+    assert f"cpuManagerPolicy: {kl.cpu_manager_policy}" in uploaded
+    assert f"maxPods: {kl.max_pods}" in uploaded
+
+
 def check_join(sb: Sandbox, run: Run) -> None:
     assert run.find("kubeadm", "join") == [
         ("kubeadm", "join", "--config", "/etc/kubernetes/kubeadm-join.yaml")]
@@ -162,6 +176,7 @@ CHECKS = {
     ("control-plane", "prepare-host.sh"): check_cp_prepare,
     ("sm-host", "prepare-host.sh"): check_sm_prepare,
     ("control-plane", "kubeadm-init.sh"): check_init,
+    ("control-plane", "kubelet-config.sh"): check_kubelet_config,
     ("gpu-worker", "kubeadm-join.sh"): check_join,
     ("sm-host", "apply-opensm.sh"): check_apply_opensm,
 }
@@ -266,6 +281,36 @@ def test_a_failed_init_is_retried_with_the_same_encryption_key(tmp_path: Path) -
     run = ok(sb.run(script(CP, "kubeadm-init.sh")))
     assert run.count("kubeadm", "init") == 1
     assert sb.path("/etc/kubernetes/encryption-config.yaml").read_text() == key
+
+
+# --- the kubelet-config ConfigMap ---------------------------------------------------------------
+def _kubelet_script(**changes: object) -> str:
+    kubelet = CLUSTER.kubernetes.kubelet.model_copy(update=changes)
+    kubernetes = CLUSTER.kubernetes.model_copy(update={"kubelet": kubelet})
+    cluster = CLUSTER.model_copy(update={"kubernetes": kubernetes})
+    return kubeadm.kubelet_config_script(cluster, CLUSTER.control_plane[0])
+
+
+def test_a_changed_kubelet_setting_is_uploaded_once(tmp_path: Path) -> None:
+    """What `pulumi up` runs when the stack's KubeletConfiguration changes after init."""
+    sb = prepared(tmp_path, CP)
+    ok(sb.run(script(CP, "kubeadm-init.sh")))
+    ok(sb.run(script(CP, "kubelet-config.sh")))
+    changed = _kubelet_script(max_pods=64)
+    assert changed != script(CP, "kubelet-config.sh")
+    first = run_twice(sb, changed)
+    assert first.changes == [UPLOAD]
+    assert "maxPods: 64" in (sb.state / "kubelet-config-configmap").read_text()
+
+
+def test_a_failed_upload_is_retried_by_the_next_run(tmp_path: Path) -> None:
+    sb = prepared(tmp_path, CP)
+    ok(sb.run(script(CP, "kubeadm-init.sh")))
+    sb.fail_next("kubeadm init")
+    assert sb.run(script(CP, "kubelet-config.sh")).returncode != 0
+    retry = ok(sb.run(script(CP, "kubelet-config.sh")))
+    assert retry.changes == [UPLOAD]
+    assert ok(sb.run(script(CP, "kubelet-config.sh"))).changes == []
 
 
 # --- kubeadm join ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from offline.bench import scale_gpu_nodes, table
+from offline.bench import best, scale_gpu_nodes, table
 
 BASE = {"config": {"gpu-cluster:cluster": {
     "inventoryFile": "inventory/prod.csv",
@@ -74,3 +74,13 @@ def test_synthetic_table_has_no_same_gc_floor() -> None:
     row = {"nodes": "-", "resources": 10, "seconds": 1.0, "rss": 1.0, "program": 0.5,
            "floor": 0.5, "floor_process": 1.0, "floor_tuned": None, "floor_rss": 1.0}
     assert "| - | 10 | - | 0.50 | 0.50 | 1.00 | - | - | 1.00 | 1.00 | 1.00 |" in table([row])
+
+
+def test_repeated_runs_report_the_fastest_time_and_the_largest_rss() -> None:
+    runs = [{"nodes": 8, "resources": 10, "seconds": s, "program": p, "floor": f,
+             "floor_process": f + 0.2, "floor_tuned": None, "rss": r, "floor_rss": 1.0}
+            for s, p, f, r in [(3.0, 2.0, 1.5, 100.0), (2.5, 2.2, 1.0, 120.0)]]
+    row = best(runs)
+    assert (row["seconds"], row["program"], row["floor"], row["floor_process"]) == (
+        2.5, 2.0, 1.0, 1.2)
+    assert row["floor_tuned"] is None and row["rss"] == 120.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,35 @@ def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
     lines = runbook(Diff([_release(n) for n in order]))
     assert first(lines, "upgrade network-operator") < first(lines, "upgrade gpu-operator")
     assert "one node at a time" in lines[first(lines, "upgrade gpu-operator")]
+
+
+def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, lambda c: c["kubernetes"]["kubelet"].update(maxPods=200))
+    lines = book(project)
+    changes = json.loads((project / "build/prod/diff.json").read_text())
+    # The guarded init re-runs as a no-op; only the ConfigMap upload does work. No node's
+    # preparation or join changes.
+    assert {(c["name"], c["action"]) for c in changes} == {
+        ("kubelet-config", "update"), ("mgmt-01-kubeadm-init", "update")}
+    upload = lines[first(lines, "uploads it to the kubelet-config ConfigMap")]
+    roll = lines[first(lines, "roll it to")]
+    assert first(lines, "uploads it") < first(lines, "roll it to")
+    assert "the 8 nodes joined before (gpu-node-00 … gpu-node-07), one node at a time" in roll
+    assert "kubectl drain <node>" in roll and "kubeadm upgrade node phase kubelet-config" in roll
+    assert "systemctl restart kubelet" in roll and "cpu_manager_state" not in roll
+    assert "before any join" in upload
+    assert not any("switch" in line for line in lines)  # `kubelet-config` is no switch
+
+
+def test_a_cpu_manager_policy_change_removes_the_checkpoint_while_stopped() -> None:
+    change = Change("update", "urn:x::kubelet-config", "command:remote:Command", "kubelet-config",
+                    "bootstrap", ["stdin"], text_diffs={"stdin": [
+                        "-cpuManagerPolicy: static", "+cpuManagerPolicy: none"]})
+    (roll,) = [line for line in runbook(Diff([change])) if "roll it to" in line]
+    assert ("systemctl stop kubelet && rm -f /var/lib/kubelet/cpu_manager_state && "
+            "systemctl start kubelet") in roll
+    assert "every node joined before" in roll
 
 
 def test_add_a_whole_su(project: Path) -> None:

@@ -262,6 +262,40 @@ def init_script(cluster: Cluster, host: Host) -> str:
              vip=vip, after=after)
 
 
+def kubelet_config_script(cluster: Cluster, host: Host) -> str:
+    """Keep the cluster's `kubelet-config` ConfigMap equal to the stack's KubeletConfiguration.
+
+    Every joining node reads its kubelet settings from that ConfigMap, which the guarded init
+    writes only once; without this a changed setting would reach no node. Uploaded again only
+    when the desired configuration changed; a failed upload is retried by the next run. Nodes
+    already joined keep theirs until rolled (see the preview's runbook)."""
+    config = _docs(cluster_configuration(cluster), init_configuration(cluster, host),
+                   kubelet_configuration(cluster))
+    return dedent(
+        """\
+        #!/usr/bin/env bash
+        # kubelet configuration of joining nodes, uploaded from {host} — rendered by gpu-cluster;
+        # do not edit.
+        set -euo pipefail
+        STATE=/var/lib/gpu-cluster
+        desired=/etc/kubernetes/gpu-cluster-kubelet.yaml
+        install -d -m 0700 /etc/kubernetes "$STATE"
+        cat > "$desired.new" <<'KUBEADM'
+        {config}KUBEADM
+        if [ -f "$desired" ] && cmp -s "$desired" "$desired.new" \
+            && [ ! -e "$STATE/kubelet-config.pending" ]; then
+          rm -f "$desired.new"
+          echo "kubelet-config ConfigMap is current; nothing to do"
+          exit 0
+        fi
+        touch "$STATE/kubelet-config.pending"
+        mv "$desired.new" "$desired"
+        kubeadm init phase upload-config kubelet --config "$desired"
+        rm -f "$STATE/kubelet-config.pending"
+        """
+    ).format(host=host.hostname, config=config)
+
+
 def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
     return {
         "apiVersion": KUBEADM_API,
