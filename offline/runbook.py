@@ -121,6 +121,25 @@ def _kubelet_roll(change: Change, joining: list[str],
     ]
 
 
+# Settings the kubelet's upload carries too, but that no running cluster takes by a re-upload.
+_CLUSTER_WIDE = ("kubernetesVersion:", "podSubnet:", "serviceSubnet:", "dnsDomain:")
+
+
+def _control_plane_settings(changes: Iterable[Change], kubelet: Change | None) -> list[str]:
+    """Init hosts whose script changed in more than the kubelet settings `kubelet-config`
+    carries (those reach joining nodes; everything else in the init needs a hand)."""
+    carried = set(kubelet.text_diffs.get("stdin", [])) if kubelet is not None else set()
+    hosts = []
+    for c in changes:
+        host = _suffix(c.name, "-kubeadm-init")
+        lines = set(c.text_diffs.get("stdin", []))
+        if host is None or c.action not in ("update", "replace"):
+            continue
+        if lines - carried or any(key in line for line in lines for key in _CLUSTER_WIDE):
+            hosts.append(host)
+    return sorted(hosts)
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -137,8 +156,9 @@ def runbook(diff: Diff, stack: str = "prod",
                  and c.action in ("update", "replace")]
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
+    control_plane = _control_plane_settings(changes, kubelet)
     if not (leaving or joining or moves or sms or operators or prepared or kubelet
-            or any(a != "update" for a in switches.values())):
+            or control_plane or any(a != "update" for a in switches.values())):
         return []
 
     steps: list[str] = []
@@ -197,6 +217,14 @@ def runbook(diff: Diff, stack: str = "prod",
             " after the network operator (GPU driver upgrades one node at a time, drained)"))
     if kubelet is not None:
         steps.extend(_kubelet_roll(kubelet, joining, new_inputs))
+    for host in control_plane:
+        steps.append(
+            f"control-plane settings change in {host}-kubeadm-init: kubeadm applies them only "
+            "at init, and the guarded re-run leaves a running control plane as it is. Apply "
+            "them by kubeadm's reconfiguration procedure (the kubeadm-config ConfigMap, then "
+            "each control-plane node's static Pod manifests, one node at a time). A Kubernetes "
+            "version change is a `kubeadm upgrade`; the pod and service subnets and the cluster "
+            "domain cannot change on a running cluster")
     checks = []
     if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "

@@ -121,6 +121,37 @@ def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) ->
     assert "systemctl restart kubelet" in roll and "cpu_manager_state" not in roll
     assert "before any join" in upload
     assert not any("switch" in line for line in lines)  # `kubelet-config` is no switch
+    assert not any("control-plane settings" in line for line in lines)
+
+
+def test_a_control_plane_setting_change_says_the_init_will_not_apply_it(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, lambda c: c["kubernetes"].update(auditLogging=False))
+    lines = book(project, ok=(0, 3))  # the pack may object to turning audit logging off
+    changes = json.loads((project / "build/prod/diff.json").read_text())
+    assert {(c["name"], c["action"]) for c in changes} == {("mgmt-01-kubeadm-init", "update")}
+    (step,) = [line for line in lines if "control-plane settings change" in line]
+    assert "mgmt-01-kubeadm-init" in step and "only at init" in step
+    assert "one node at a time" in step
+    assert not any("roll it to" in line for line in lines)
+
+
+def _init_and_kubelet(line: str) -> list[Change]:
+    return [Change("update", f"urn:x::{name}", "command:remote:Command", name, "bootstrap",
+                   ["stdin"], text_diffs={"stdin": [line]})
+            for name in ("mgmt-01-kubeadm-init", "kubelet-config")]
+
+
+def test_a_subnet_change_is_flagged_although_the_kubelet_upload_carries_it() -> None:
+    lines = runbook(Diff(_init_and_kubelet("+  serviceSubnet: 10.97.0.0/12")))
+    assert any("control-plane settings change in mgmt-01" in line and
+               "cannot change on a running cluster" in line for line in lines)
+
+
+def test_a_kubelet_only_change_is_no_control_plane_change() -> None:
+    lines = runbook(Diff(_init_and_kubelet("+maxPods: 200")))
+    assert any("roll it to" in line for line in lines)
+    assert not any("control-plane settings" in line for line in lines)
 
 
 def test_a_cpu_manager_policy_change_removes_the_checkpoint_while_stopped() -> None:

@@ -269,8 +269,11 @@ def kubelet_config_script(cluster: Cluster, host: Host) -> str:
     writes only once; without this a changed setting would reach no node. Uploaded again only
     when the desired configuration changed; a failed upload is retried by the next run. Nodes
     already joined keep theirs until rolled (see the preview's runbook)."""
-    config = _docs(cluster_configuration(cluster), init_configuration(cluster, host),
-                   kubelet_configuration(cluster))
+    # Only the cluster settings kubeadm derives kubelet defaults from (version, clusterDNS from
+    # the service subnet, clusterDomain): a changed API server flag does not touch this command.
+    cluster_doc = {k: v for k, v in cluster_configuration(cluster).items()
+                   if k in ("apiVersion", "kind", "kubernetesVersion", "networking")}
+    config = _docs(cluster_doc, init_configuration(cluster, host), kubelet_configuration(cluster))
     return dedent(
         """\
         #!/usr/bin/env bash
