@@ -5,7 +5,7 @@ Its inputs are conventions of the stack's resources: `<host>-member` (cluster me
 delete drains), `<host>-kubeadm-join` (its delete resets), `<switch>-config` (a switch's port
 map, one `interface ib 1/<port> description "<peer> [<media> <length>]"` line per cable),
 `<host>-opensm` (subnet-manager files), `kubelet-config` (the KubeletConfiguration joining nodes
-read), Helm releases named after their chart.
+read), `<host>-kubeadm-init` (settings applied once), Helm releases named after their chart.
 """
 
 from __future__ import annotations
@@ -157,8 +157,11 @@ def runbook(diff: Diff, stack: str = "prod",
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
+    # A joined node's guarded join does nothing when re-run: its changed settings stay unapplied.
+    rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("stdin")
+                      if (h := _suffix(c.name, "-kubeadm-join")) is not None)
     if not (leaving or joining or moves or sms or operators or prepared or kubelet
-            or control_plane or any(a != "update" for a in switches.values())):
+            or control_plane or rejoined or any(a != "update" for a in switches.values())):
         return []
 
     steps: list[str] = []
@@ -225,6 +228,14 @@ def runbook(diff: Diff, stack: str = "prod",
             "each control-plane node's static Pod manifests, one node at a time). A Kubernetes "
             "version change is a `kubeadm upgrade`; the pod and service subnets and the cluster "
             "domain cannot change on a running cluster")
+    if rejoined:
+        which = (f"{len(rejoined)} joined nodes ({rejoined[0]} … {rejoined[-1]})"
+                 if len(rejoined) > 1 else rejoined[0])
+        steps.append(
+            f"join settings change for {which}: kubeadm applies them only when a node joins, "
+            "and the guarded re-run leaves a joined node as it is. Apply them by hand (e.g. "
+            "`kubectl taint` for taints, the static Pod manifest for kube-vip) or drain, remove "
+            "and re-add the node")
     checks = []
     if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "

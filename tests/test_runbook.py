@@ -197,3 +197,16 @@ def test_a_switch_to_switch_cable_is_listed_once() -> None:
     ]))
     plugs = [line for line in lines if " plug " in f" {line} "]
     assert plugs == ["  1. plug   leaf-su1-r0 port 33 <-> spine-01 port 1  [dac in-rack]"]
+
+
+def test_changed_join_settings_of_joined_nodes_are_called_out() -> None:
+    joins = [Change("update", f"urn:x::gpu-node-0{i}-kubeadm-join", "command:remote:Command",
+                    f"gpu-node-0{i}-kubeadm-join", "bootstrap", ["stdin"], text_diffs={"stdin": [
+                        "-  - effect: NoSchedule", "+  - effect: NoExecute"]}) for i in range(3)]
+    (step,) = [line for line in runbook(Diff(joins)) if "join settings change" in line]
+    assert "3 joined nodes (gpu-node-00 … gpu-node-02)" in step
+    assert "only when a node joins" in step
+    # A join whose only change is outside its script (e.g. a dependency) needs no step.
+    quiet = Change("update", "urn:x::gpu-node-00-kubeadm-join", "command:remote:Command",
+                   "gpu-node-00-kubeadm-join", "bootstrap", ["delete"])
+    assert runbook(Diff([quiet])) == []
