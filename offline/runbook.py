@@ -102,13 +102,20 @@ _CHECKPOINTED = {"cpuManagerPolicy": "cpu_manager_state", "memoryManagerPolicy":
 def _kubelet_roll(change: Change, joining: list[str],
                   new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """A changed KubeletConfiguration: uploaded by `pulumi up`, rolled by hand node by node."""
-    members = sorted(h for urn in new_inputs or {}
-                     if (h := _suffix(urn.rpartition("::")[2], "-member")) is not None)
+    # Control-plane hosts run a kubelet with the same settings: every host that inits or joins.
+    resources = [urn.rpartition("::")[2] for urn in new_inputs or {}]
+    members = sorted({h for name in resources for suffix in ("-kubeadm-init", "-kubeadm-join")
+                      if (h := _suffix(name, suffix)) is not None})
     existing = [h for h in members if h not in joining]
     changed = " ".join(change.text_diffs.get("stdin", []))
     states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if f"{key}:" in changed]
-    which = (f"the {len(existing)} nodes joined before ({existing[0]} … {existing[-1]})"
-             if len(existing) > 1 else existing[0] if existing else "every node joined before")
+    if not existing:
+        which = "every node already in the cluster"
+    else:
+        listed = (", ".join(existing) if len(existing) <= 12
+                  else f"{existing[0]} … {existing[-1]}")
+        plural = "s" if len(existing) > 1 else ""
+        which = f"the {len(existing)} node{plural} already in the cluster ({listed})"
     # The kubelet refuses to start on a checkpoint written under the other policy.
     restart = (f"systemctl stop kubelet && rm -f {' '.join(states)} && systemctl start kubelet"
                if states else "systemctl restart kubelet")

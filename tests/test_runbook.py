@@ -116,7 +116,9 @@ def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) ->
     upload = lines[first(lines, "uploads it to the kubelet-config ConfigMap")]
     roll = lines[first(lines, "roll it to")]
     assert first(lines, "uploads it") < first(lines, "roll it to")
-    assert "the 8 nodes joined before (gpu-node-00 … gpu-node-07), one node at a time" in roll
+    # Every kubelet of the cluster, the control plane's included.
+    nodes = ", ".join([f"gpu-node-0{i}" for i in range(8)] + ["mgmt-01"])
+    assert f"the 9 nodes already in the cluster ({nodes}), one node at a time" in roll
     assert "kubectl drain <node>" in roll and "kubeadm upgrade node phase kubelet-config" in roll
     assert "systemctl restart kubelet" in roll and "cpu_manager_state" not in roll
     assert "before any join" in upload
@@ -161,7 +163,7 @@ def test_a_cpu_manager_policy_change_removes_the_checkpoint_while_stopped() -> N
     (roll,) = [line for line in runbook(Diff([change])) if "roll it to" in line]
     assert ("systemctl stop kubelet && rm -f /var/lib/kubelet/cpu_manager_state && "
             "systemctl start kubelet") in roll
-    assert "every node joined before" in roll
+    assert "every node already in the cluster" in roll
 
 
 def test_add_a_whole_su(project: Path) -> None:
