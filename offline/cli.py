@@ -86,6 +86,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
     diff, current = diff_against_rendered(project, args.stack, r)
     # The same diff as data, for tools (and tests) that act on what a change touches.
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
+    steps = runbook(diff, args.stack, {d["urn"]: d.get("inputs") or {}
+                                       for d in r.rendered_docs.values()})
+    (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     label = f"rendered/{args.stack}"
     if args.render:
         n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
@@ -100,9 +103,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
         lines[0] = f"(now rendered) {lines[0]}"
     for line in lines[:1] if args.quiet else lines:
         print(line)
-    steps = runbook(diff, args.stack, {d["urn"]: d.get("inputs") or {}
-                                       for d in r.rendered_docs.values()})
-    (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     for line in steps:
         print(line)
     _print_policies(r, args.quiet)
