@@ -204,12 +204,13 @@ def bench_sizes(project: Path, stack: str, sizes: list[int], repeat: int = 1,
             doc = generate(base, n)
             _bench_project(project, dst, doc)
             runs = []
+            count = 0
             for _ in range(repeat):  # interleaved, so a slow spell hits all three alike
                 run = _preview(dst, BENCH_STACK)
                 if run.returncode not in (0, 3):  # 3 = mandatory violations: a full run too
                     raise SystemExit(f"{n} nodes: preview failed (exit {run.returncode}):\n"
                                      f"{run.output[-3000:]}")
-                count = _resources(dst)
+                count = count or _resources(dst)  # the same plan every run
                 floor = _floor(count, Path(tmp))
                 tuned = _floor(count, Path(tmp), collector_of=project)
                 runs.append(_row(n, count, run, floor, tuned))

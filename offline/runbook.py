@@ -89,6 +89,10 @@ def _once_per_cable(moves: list[CableMove]) -> list[CableMove]:
     return out
 
 
+def _span(hosts: list[str]) -> str:
+    return f"{hosts[0]} … {hosts[-1]}"
+
+
 def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
     return sorted(h for c in changes if c.action == action
                   if (h := _suffix(c.name, suffix)) is not None)
@@ -112,8 +116,7 @@ def _kubelet_roll(change: Change, joining: list[str],
     if not existing:
         which = "every node already in the cluster"
     else:
-        listed = (", ".join(existing) if len(existing) <= 12
-                  else f"{existing[0]} … {existing[-1]}")
+        listed = ", ".join(existing) if len(existing) <= 12 else _span(existing)
         plural = "s" if len(existing) > 1 else ""
         which = f"the {len(existing)} node{plural} already in the cluster ({listed})"
     # The kubelet refuses to start on a checkpoint written under the other policy.
@@ -139,9 +142,9 @@ def _control_plane_settings(changes: Iterable[Change], kubelet: Change | None) -
     hosts = []
     for c in changes:
         host = _suffix(c.name, "-kubeadm-init")
-        lines = set(c.text_diffs.get("stdin", []))
         if host is None or c.action not in ("update", "replace"):
             continue
+        lines = set(c.text_diffs.get("stdin", []))
         if lines - carried or any(key in line for line in lines for key in _CLUSTER_WIDE):
             hosts.append(host)
     return sorted(hosts)
@@ -236,8 +239,8 @@ def runbook(diff: Diff, stack: str = "prod",
             "version change is a `kubeadm upgrade`; the pod and service subnets and the cluster "
             "domain cannot change on a running cluster")
     if rejoined:
-        which = (f"{len(rejoined)} joined nodes ({rejoined[0]} … {rejoined[-1]})"
-                 if len(rejoined) > 1 else rejoined[0])
+        which = (f"{len(rejoined)} joined nodes ({_span(rejoined)})" if len(rejoined) > 1
+                 else rejoined[0])
         steps.append(
             f"join settings change for {which}: kubeadm applies them only when a node joins, "
             "and the guarded re-run leaves a joined node as it is. Apply them by hand (e.g. "

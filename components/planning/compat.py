@@ -60,33 +60,33 @@ def _semver(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.lstrip("v").split("-")[0].split("."))
 
 
+def _kubernetes_range(k8s: str, path: str, name: str, version: str,
+                      supported: tuple[int, int] | None, unknown_fix: str,
+                      verb: str = "supports") -> Iterator[tuple[str, Any, str, str]]:
+    """A component release against the Kubernetes minors its table row allows."""
+    if supported is None:
+        yield (path, version, "is not in the compatibility table", unknown_fix)
+    elif not supported[0] <= _minor(k8s) <= supported[1]:
+        yield ("kubernetes.version", k8s,
+               f"{name} {version} {verb} Kubernetes 1.{supported[0]}-1.{supported[1]}",
+               f"pick a Kubernetes version in that range or another {name} release")
+
+
 def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
     """Yield (path, value, message, fix) for every incompatible version pair."""
     k8s = cluster.kubernetes.version
-    minor = _minor(k8s)
     gpu = cluster.platform.gpu_operator.version
     net = cluster.platform.network_operator.version
 
-    supported = NETWORK_OPERATOR_K8S.get(net.lstrip("v"))
-    if supported is None:
-        yield ("platform.networkOperator.version", net,
-               "is not in the compatibility table", "use one of "
-               + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release to "
-               "components/planning/compat.py with its Kubernetes range")
-    elif not supported[0] <= minor <= supported[1]:
-        yield ("kubernetes.version", k8s,
-               f"Network Operator {net} supports Kubernetes 1.{supported[0]}-1.{supported[1]}",
-               "pick a Kubernetes version in that range or another Network Operator release")
-
-    gpu_range = GPU_OPERATOR_K8S.get(gpu)
-    if gpu_range is None:
-        yield ("platform.gpuOperator.version", gpu, "is not in the compatibility table",
-               "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S)) + " or add the release to "
-               "components/planning/compat.py")
-    elif not gpu_range[0] <= minor <= gpu_range[1]:
-        yield ("kubernetes.version", k8s,
-               f"GPU Operator {gpu} supports Kubernetes 1.{gpu_range[0]}-1.{gpu_range[1]}",
-               "pick a Kubernetes version in that range or another GPU Operator release")
+    yield from _kubernetes_range(
+        k8s, "platform.networkOperator.version", "Network Operator", net,
+        NETWORK_OPERATOR_K8S.get(net.lstrip("v")), "use one of "
+        + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release to "
+        "components/planning/compat.py with its Kubernetes range")
+    yield from _kubernetes_range(
+        k8s, "platform.gpuOperator.version", "GPU Operator", gpu, GPU_OPERATOR_K8S.get(gpu),
+        "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S)) + " or add the release to "
+        "components/planning/compat.py")
 
     reason = RDMA_INCOMPATIBLE.get((gpu, net.lstrip("v")))
     if reason and cluster.platform.gpu_operator.gpudirect_rdma:
@@ -108,17 +108,11 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
     yield from _lnet_problems(cluster)
 
     calico = cluster.platform.calico.version
-    series = ".".join(calico.split(".")[:2])
-    calico_range = CALICO_K8S.get(series)
-    if calico_range is None:
-        yield ("platform.calico.version", calico, "is not in the compatibility table",
-               "use one of the series " + ", ".join(sorted(CALICO_K8S)) + " or add it to "
-               "components/planning/compat.py with its Kubernetes range")
-    elif not calico_range[0] <= minor <= calico_range[1]:
-        yield ("kubernetes.version", k8s,
-               f"Calico {calico} is tested with Kubernetes 1.{calico_range[0]}-"
-               f"1.{calico_range[1]}", "pick a Kubernetes version in that range or another "
-               "Calico release")
+    yield from _kubernetes_range(
+        k8s, "platform.calico.version", "Calico", calico,
+        CALICO_K8S.get(".".join(calico.split(".")[:2])),
+        "use one of the series " + ", ".join(sorted(CALICO_K8S)) + " or add it to "
+        "components/planning/compat.py with its Kubernetes range", verb="is tested with")
 
     vol = cluster.platform.volcano.version
     if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):

@@ -19,17 +19,8 @@ export DEBIAN_FRONTEND=noninteractive
 log() {{ printf '[%s] %s\\n' "{hostname}" "$*"; }}
 """
 
-# Shared steps every Kubernetes node needs; each guarded so a rerun is a no-op.
-KUBE_PREREQS = r"""
-# --- swap off (kubelet refuses to run with swap by default) -------------------------------
-if [ -n "$(swapon --show=NAME --noheadings)" ]; then
-  log "disabling swap"; swapoff -a
-fi
-if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then
-  sed -i -E 's|^([^#].*[[:space:]]swap[[:space:]].*)$|# \1|' /etc/fstab
-fi
-
-# --- kernel modules and sysctls for pod networking ------------------------------------------
+# Bash helpers for "change a file, then act on it" steps (host preparation, kubelet settings).
+CHANGE_TRACKING = r"""
 write_if_changed() {  # path content: replace the file only when its content differs
   local path="$1" content="$2"
   if [ ! -f "$path" ] || [ "$(cat "$path")" != "$content" ]; then
@@ -47,7 +38,20 @@ settle() {
   "$@"
   rm -f "$STATE/$name.pending"
 }
-load_modules() { for m in $MODULES; do modprobe "$m"; done; }
+"""[1:]
+
+# Shared steps every Kubernetes node needs; each guarded so a rerun is a no-op.
+KUBE_PREREQS = r"""
+# --- swap off (kubelet refuses to run with swap by default) -------------------------------
+if [ -n "$(swapon --show=NAME --noheadings)" ]; then
+  log "disabling swap"; swapoff -a
+fi
+if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then
+  sed -i -E 's|^([^#].*[[:space:]]swap[[:space:]].*)$|# \1|' /etc/fstab
+fi
+
+# --- kernel modules and sysctls for pod networking ------------------------------------------
+""" + CHANGE_TRACKING + r"""load_modules() { for m in $MODULES; do modprobe "$m"; done; }
 if write_if_changed /etc/modules-load.d/gpu-cluster.conf "$MODULES"; then mark modules; fi
 settle modules load_modules
 if write_if_changed /etc/sysctl.d/90-gpu-cluster.conf "$SYSCTLS"; then mark sysctl; fi

@@ -13,6 +13,7 @@ from textwrap import dedent
 import yaml
 
 from components.config import Cluster, GpuNode, Host
+from components.planning.host_scripts import CHANGE_TRACKING
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -280,23 +281,17 @@ def kubelet_config_script(cluster: Cluster, host: Host) -> str:
         # kubelet configuration of joining nodes, uploaded from {host} — rendered by gpu-cluster;
         # do not edit.
         set -euo pipefail
-        STATE=/var/lib/gpu-cluster
-        desired=/etc/kubernetes/gpu-cluster-kubelet.yaml
-        install -d -m 0700 /etc/kubernetes "$STATE"
-        cat > "$desired.new" <<'KUBEADM'
+        {tracking}install -d -m 0700 /etc/kubernetes
+        CONFIG="$(cat <<'KUBEADM'
         {config}KUBEADM
-        if [ -f "$desired" ] && cmp -s "$desired" "$desired.new" \
-            && [ ! -e "$STATE/kubelet-config.pending" ]; then
-          rm -f "$desired.new"
-          echo "kubelet-config ConfigMap is current; nothing to do"
-          exit 0
+        )"
+        if write_if_changed /etc/kubernetes/gpu-cluster-kubelet.yaml "$CONFIG"; then
+          mark kubelet-config
         fi
-        touch "$STATE/kubelet-config.pending"
-        mv "$desired.new" "$desired"
-        kubeadm init phase upload-config kubelet --config "$desired"
-        rm -f "$STATE/kubelet-config.pending"
+        settle kubelet-config \
+          kubeadm init phase upload-config kubelet --config /etc/kubernetes/gpu-cluster-kubelet.yaml
         """
-    ).format(host=host.hostname, config=config)
+    ).format(host=host.hostname, config=config, tracking=CHANGE_TRACKING)
 
 
 def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
