@@ -4,6 +4,8 @@ so the offline runner is tested independently of the real components."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import shutil
@@ -17,6 +19,16 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def _prod_cluster_doc() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]["gpu-cluster:cluster"]
+
+
+def prod_raw() -> dict[str, Any]:
+    """The `gpu-cluster:cluster` object of Pulumi.prod.yaml; a fresh copy per call."""
+    return copy.deepcopy(_prod_cluster_doc())
 
 OFFLINE_CONFIG_PY = '''
 import pulumi

@@ -8,9 +8,7 @@ file) and the stack file, not from the code under test.
 
 from __future__ import annotations
 
-import copy
 import csv
-import functools
 import ipaddress
 import re
 from collections import Counter
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import prod_raw
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -43,16 +42,10 @@ PROD_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
 # ---------------------------------------------------------------- fixtures and building blocks
 
 
-@functools.cache
-def _prod_raw() -> dict:
-    doc = yaml.safe_load((PROJECT_DIR / "Pulumi.prod.yaml").read_text())
-    return doc["config"][CLUSTER_KEY]
-
-
 @pytest.fixture
 def prod() -> dict:
     """The `gpu-cluster:cluster` object of Pulumi.prod.yaml; a fresh copy per test."""
-    return copy.deepcopy(_prod_raw())
+    return prod_raw()
 
 
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -519,7 +512,7 @@ def test_three_control_plane_hosts_with_a_vip_are_valid(prod):
 
 @pytest.fixture(scope="module")
 def prod_cluster() -> Cluster:
-    return validate(copy.deepcopy(_prod_raw()))
+    return validate(prod_raw())
 
 
 def test_prod_is_8_nodes_of_8_h100s(prod_cluster):
@@ -729,7 +722,7 @@ def _scale_inventory(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def scale_cluster(tmp_path_factory) -> tuple[Cluster, str]:
     stack_text = (DATA / "gpu-nodes-1024.yaml").read_text()
-    raw = copy.deepcopy(_prod_raw())
+    raw = prod_raw()
     raw.update(yaml.safe_load(stack_text))
     raw["inventoryFile"] = str(_scale_inventory(tmp_path_factory.mktemp("scale")))
     return validate(raw), stack_text
@@ -755,7 +748,7 @@ def test_1024_nodes_expand_to_unique_names_addresses_and_slots(scale_cluster):
     assert len({(n.su, n.slot) for n in nodes}) == SCALE_NODES
     assert {n.su for n in nodes} == set(range(1, 33))
     assert {n.slot for n in nodes} == set(range(32))
-    mgmt = ipaddress.IPv4Network(_prod_raw()["network"]["managementCidr"])
+    mgmt = ipaddress.IPv4Network(prod_raw()["network"]["managementCidr"])
     assert all(n.management_ip in mgmt for n in nodes)
     racks = Counter(n.rack for n in nodes)
     assert len(racks) == 256 and set(racks.values()) == {4}

@@ -8,16 +8,15 @@ expected values from the SuperPOD layout (SU = 32 nodes, rail r of every node on
 
 from __future__ import annotations
 
-import copy
-import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import prod_raw
 
-from components.config import CLUSTER_KEY, Cluster, validate_cluster
+from components.config import Cluster, validate_cluster
 from components.planning import kubeadm, placement, platform
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,19 +24,14 @@ SHARED = REPO.parent / "shared"
 LABEL_SU = "gpucluster.io/su"
 
 
-@functools.cache
-def _prod_raw() -> dict:
-    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][CLUSTER_KEY]
-
-
 def prod() -> Cluster:
-    return validate_cluster(copy.deepcopy(_prod_raw()), REPO)
+    return validate_cluster(prod_raw(), REPO)
 
 
 def cluster_of(sus: list[int], per_su: int = 32) -> Cluster:
     """The prod stack with its GPU nodes replaced by `per_su` nodes in each SU of `sus`
     (no inventory file: GUIDs are placeholders, which the plan allows)."""
-    raw = copy.deepcopy(_prod_raw())
+    raw = prod_raw()
     raw.pop("inventoryFile")
     for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
         raw["fabric"].pop(key)
@@ -143,7 +137,7 @@ def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
 def test_adding_a_node_changes_only_its_su_hypernode():
     """The preview diff of a new node shows up in its own SU's HyperNode and nowhere else."""
     before = by_name(platform.hypernodes(placement.plan(cluster_of([1, 2], per_su=31))))
-    raw = copy.deepcopy(_prod_raw())
+    raw = prod_raw()
     raw.pop("inventoryFile")
     for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
         raw["fabric"].pop(key)

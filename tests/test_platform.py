@@ -21,8 +21,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from conftest import prod_raw
 
-from components.config import CLUSTER_KEY, Cluster, ConfigError, validate_cluster
+from components.config import Cluster, ConfigError, validate_cluster
 from components.planning import platform
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,19 +61,14 @@ NO_UPSTREAM_VALUES = {"calico", "cert-manager", "ingress-nginx", "metallb", "pro
 # ---------------------------------------------------------------- fixtures
 
 
-@functools.cache
-def _prod_raw() -> dict:
-    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][CLUSTER_KEY]
-
-
 @pytest.fixture
 def raw() -> dict:
-    return copy.deepcopy(_prod_raw())
+    return prod_raw()
 
 
 @functools.cache
 def prod() -> Cluster:
-    return validate_cluster(copy.deepcopy(_prod_raw()), REPO)
+    return validate_cluster(prod_raw(), REPO)
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,6 @@ the node plugin where the GPU pods run, and local NVMe scratch for staging."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import shutil
 import subprocess
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import prod_raw
 
 from components.config import CLUSTER_KEY, Cluster, ConfigError, validate_cluster
 from components.planning import host_scripts, platform, storage
@@ -22,18 +21,13 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 
-@functools.cache
-def _prod_raw() -> dict:
-    return yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][CLUSTER_KEY]
-
-
 @pytest.fixture
 def raw() -> dict:
-    return copy.deepcopy(_prod_raw())
+    return prod_raw()
 
 
 def prod() -> Cluster:
-    return validate_cluster(copy.deepcopy(_prod_raw()), REPO)
+    return validate_cluster(prod_raw(), REPO)
 
 
 def test_volumes_are_static_lustre_mounts_by_purpose():
