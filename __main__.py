@@ -6,11 +6,15 @@ import pulumi
 
 from components.blueprint import build
 from components.collector import tune_collector
-from components.config import load_config
+from components.config import ConfigError, load_config
 from components.planning.kubeadm import endpoint
 
 tune_collector()
-config, secrets = load_config(Path(__file__).parent)
+try:
+    config, secrets = load_config(Path(__file__).parent)
+except ConfigError as err:
+    # A clean refusal: the CLI prints the problems, with no traceback, and registers nothing.
+    raise pulumi.RunError(str(err)) from None
 cluster = build(config, secrets)
 
 pulumi.export("gpuNodes", [n.hostname for n in config.nodes])

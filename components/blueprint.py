@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.bootstrap import ControlPlaneHost, KubeadmCluster, KubeadmClusterArgs
 from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
@@ -23,6 +22,7 @@ from components.fabric import (
     sm_host_files,
 )
 from components.hardware import BareMetalNodeArgs, Hardware
+from components.kube import cluster_provider
 from components.planning import (
     bmc,
     host_scripts,
@@ -179,6 +179,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         leaves = placement.rail_leaves(fabric_plan)
         assert hardware is not None
         kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
+            cluster_name=cluster.name,
             init_host=cp,
             init_script=init_script,
             token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
@@ -188,14 +189,12 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             control_plane_scripts=cp_scripts,
             node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
                          for n in nodes},
-            kubeconfig=reference.get_output("kubeconfig") if reference else None,
+            kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
             kubelet_config_script=kubelet_script,
         ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
     provider = kube.provider if kube is not None else None
     if provider is None and reference is not None:
-        provider = k8s.Provider(
-            "kubernetes", kubeconfig=pulumi.Output.secret(reference.get_output("kubeconfig")),
-            enable_server_side_apply=True)
+        provider = cluster_provider(cluster.name, _core_kubeconfig(reference, cluster))
     after_kube = [kube] if kube is not None else []
 
     # platform
@@ -257,6 +256,25 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                 depends_on=ready, gate=gate))
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())))
+
+
+def _core_kubeconfig(reference: pulumi.StackReference, cluster: Cluster) -> pulumi.Output[Any]:
+    """The core stack's `kubeconfig` output, or a failed preview when it has none — like
+    `require_output`, with a message that says what to do. (`get_output` would give None, and a
+    provider without a kubeconfig falls back to $KUBECONFIG or ~/.kube/config: whatever cluster
+    the runner happens to point at.)"""
+    stack = cluster.split.kubernetes_stack if cluster.split else None
+
+    def pick(outputs: dict[str, Any]) -> Any:
+        if not outputs.get("kubeconfig"):
+            raise pulumi.RunError(
+                f"{CLUSTER_KEY}.split.kubernetesStack: stack {stack} has no `kubeconfig` output "
+                "(got none). Fix: run `pulumi up` on that core stack first, or correct the name "
+                "(organization/gpu-cluster/<stack> on a file:// backend, <org>/gpu-cluster/"
+                "<stack> on Pulumi Cloud)")
+        return outputs["kubeconfig"]
+
+    return pulumi.Output.secret(reference.outputs.apply(pick))
 
 
 def _control_plane_host(cluster: Cluster, secrets: Secrets,

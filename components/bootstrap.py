@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -12,7 +13,9 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components.hardware import BareMetalNode
+from components.kube import cluster_provider
 from components.planning import kubeadm
+from components.remote import remote_command
 
 # Commands whose stdout carries a credential: kept secret in state and never logged.
 QUIET = command.remote.Logging.NONE
@@ -30,6 +33,7 @@ class ControlPlaneHost:
 
 @dataclass(frozen=True)
 class KubeadmClusterArgs:
+    cluster_name: str
     init_host: ControlPlaneHost
     # None when another stack (a split site's core) initialises the control plane; `kubeconfig`
     # (a secret, e.g. that stack's output) then builds the provider.
@@ -50,6 +54,19 @@ def _present(*resources: Any) -> list[Any]:
     return [r for r in resources if r is not None]
 
 
+def run_script(script: str, name: str) -> str:
+    """The command that runs `script` as root with the SSH channel's stdin left for the
+    credentials it reads (`bash -c`, not `bash -s`, so the script is not read from stdin)."""
+    return f"sudo bash -c {shlex.quote(script)} {name}"
+
+
+def join_credentials(*values: Any) -> pulumi.Output[str]:
+    """The stdin of a join: one credential per line, in the order the script reads them
+    (kubeadm.WORKER_CREDENTIALS / CONTROL_PLANE_CREDENTIALS). Secret end to end."""
+    return pulumi.Output.secret(pulumi.Output.all(*values).apply(
+        lambda vs: "".join(f"{v}\n" for v in vs)))
+
+
 def _secret_opts(parent: pulumi.Resource, depends_on: list[Any]) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(parent=parent, depends_on=depends_on,
                                   additional_secret_outputs=["stdout"])
@@ -67,7 +84,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         if args.init_script is not None:
             # `kubeadm init` is guarded in the script, protected here, and has no delete
             # action: nothing the stack does can reset a live control plane.
-            self.init = command.remote.Command(
+            self.init = remote_command(
                 f"{cp.hostname}-kubeadm-init",
                 connection=cp.connection,
                 create="sudo bash -s",
@@ -75,7 +92,7 @@ class KubeadmCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=_present(cp.prepared),
                                             protect=True),
             )
-            self.admin_kubeconfig = command.remote.Command(
+            self.admin_kubeconfig = remote_command(
                 "admin-kubeconfig",
                 connection=cp.connection,
                 create="sudo cat /etc/kubernetes/admin.conf",
@@ -86,7 +103,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.kubelet_config: command.remote.Command | None = None
         if args.kubelet_config_script is not None:
             # Re-run whenever the configuration changes; there is nothing to undo on delete.
-            self.kubelet_config = command.remote.Command(
+            self.kubelet_config = remote_command(
                 "kubelet-config",
                 connection=cp.connection,
                 create="sudo bash -s",
@@ -95,7 +112,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             )
         # Joins wait for it: a node joining in the same update gets the new kubelet settings.
         self._before_join = _present(self.kubelet_config)
-        self.ca_cert_hash = command.remote.Command(
+        self.ca_cert_hash = remote_command(
             "ca-cert-hash",
             connection=cp.connection,
             create=f"sudo sh -c {json.dumps(kubeadm.CA_HASH_COMMAND)}",
@@ -104,12 +121,8 @@ class KubeadmCluster(pulumi.ComponentResource):
         self._ca_hash = self.ca_cert_hash.stdout.apply(str.strip)  # one Output for every join
         kubeconfig = (self.admin_kubeconfig.stdout if self.admin_kubeconfig is not None
                       else args.kubeconfig)
-        self.provider = k8s.Provider(
-            "kubernetes",
-            kubeconfig=pulumi.Output.secret(kubeconfig),
-            enable_server_side_apply=True,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        self.provider = cluster_provider(args.cluster_name, kubeconfig,
+                                         pulumi.ResourceOptions(parent=self))
         self.control_plane_joins = self._join_control_planes(args, cp)
         self.members: dict[str, command.remote.Command] = {}
         for host, node in sorted(args.workers.items()):
@@ -129,7 +142,7 @@ class KubeadmCluster(pulumi.ComponentResource):
     def _read_secret(self, name: str, cp: ControlPlaneHost, create: str
                      ) -> command.remote.Command:
         """A command on the control plane whose stdout is a credential: secret, never logged."""
-        return command.remote.Command(
+        return remote_command(
             name, connection=cp.connection, create=create, logging=QUIET,
             opts=_secret_opts(self, _present(self.init)))
 
@@ -150,21 +163,18 @@ class KubeadmCluster(pulumi.ComponentResource):
             cert_key = self._read_secret(
                 f"{host}-certificate-key", cp,
                 f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}")
-            joins[host] = command.remote.Command(
+            joins[host] = remote_command(
                 f"{host}-kubeadm-join",
                 connection=node.connection,
-                create="sudo --preserve-env=JOIN_TOKEN,CA_CERT_HASH,CERTIFICATE_KEY,"
-                       "ENCRYPTION_CONFIG bash -s",
-                stdin=args.control_plane_scripts[host],
-                environment={
-                    "JOIN_TOKEN": token.stdout.apply(str.strip),
-                    "CA_CERT_HASH": self._ca_hash,
-                    "CERTIFICATE_KEY": cert_key.stdout.apply(str.strip),
-                    "ENCRYPTION_CONFIG": encryption.stdout,
-                },
+                create=run_script(args.control_plane_scripts[host], "kubeadm-join"),
+                stdin=join_credentials(
+                    token.stdout.apply(str.strip), self._ca_hash,
+                    cert_key.stdout.apply(str.strip),
+                    encryption.stdout.apply(lambda t: base64.b64encode(t.encode()).decode())),
+                # A fresh token later must not re-run a join that happened.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[
                     node.prepared, token, cert_key, encryption, *previous, *self._before_join],
-                    ignore_changes=["environment"], protect=True),
+                    ignore_changes=["stdin"], protect=True),
             )
             previous = [joins[host]]
         return joins
@@ -180,27 +190,27 @@ class KubeadmCluster(pulumi.ComponentResource):
               cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
         token = self._join_token(host, cp, args)
-        join = command.remote.Command(
+        join = remote_command(
             f"{host}-kubeadm-join",
             connection=node.connection,
-            create="sudo --preserve-env=JOIN_TOKEN,CA_CERT_HASH bash -s",
-            stdin=args.join_scripts[host],
-            environment={"JOIN_TOKEN": token.stdout.apply(str.strip),
-                         "CA_CERT_HASH": self._ca_hash},
+            create=run_script(args.join_scripts[host], "kubeadm-join"),
+            stdin=join_credentials(token.stdout.apply(str.strip), self._ca_hash),
             # Runs only after `<host>-member` was deleted, i.e. after the drain succeeded.
             delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
                    "kubeadm reset --force --cleanup-tmp-dir'",
             opts=pulumi.ResourceOptions(parent=self,
                                         depends_on=[node.prepared, token, *self._before_join],
-                                        ignore_changes=["environment"]),
+                                        ignore_changes=["stdin"]),
         )
         # Lives on the control plane; deleting it cordons and drains the node before the
-        # worker's own reset runs (Pulumi deletes dependents first).
-        return command.remote.Command(
+        # worker's own reset runs (Pulumi deletes dependents first). It waits for the Node to
+        # register, not to be Ready: a node is NotReady until the CNI runs, and the CNI is
+        # installed by the platform layer, which waits for this command.
+        return remote_command(
             f"{host}-member",
             connection=cp.connection,
-            create=f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=condition="
-                   f"Ready node/{host} --timeout=15m",
+            create=f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=create "
+                   f"node/{host} --timeout=15m",
             delete=f"sudo bash -c {shlex.quote(kubeadm.drain_script(host))}",
             opts=pulumi.ResourceOptions(parent=self, depends_on=[join]),
         )

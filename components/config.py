@@ -461,6 +461,7 @@ class Cluster(Model):
 
     _inventory: Inventory = Inventory()
     _expanded: tuple[tuple[GpuNode, ...], list[Problem]] | None = None
+    _fabric_plan: Any = None  # the FabricPlan, set once the config is valid
 
 
 # ---------------------------------------------------------------- entry points
@@ -565,8 +566,11 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
         try:
             inventory = load_inventory(project_dir / cluster.inventory_file)
         except InventoryError as err:
-            raise ConfigError([Problem("inventoryFile", cluster.inventory_file, str(err),
-                                       "fix the file as described")]) from None
+            # Inventory messages end with their own ". Fix: …": keep the two parts apart.
+            message, _, fix = str(err).partition(" Fix: ")
+            raise ConfigError([Problem("inventoryFile", cluster.inventory_file,
+                                       message.rstrip("."), fix.rstrip(".") or
+                                       "correct the file as described")]) from None
         cluster._inventory = inventory
         cluster._expanded = None
     from components.config_checks import semantic_problems
@@ -574,6 +578,15 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
     problems = list(semantic_problems(cluster))
     if problems:
         raise ConfigError(problems)
+    # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
+    # error too: planned here, before anything is registered, and kept for the program.
+    from components.planning import placement
+    from components.planning.fabric import PlanError
+
+    try:
+        cluster._fabric_plan = placement.plan(cluster)
+    except PlanError as err:
+        raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
     return cluster
 
 

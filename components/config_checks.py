@@ -22,6 +22,15 @@ from components.planning.compat import compatibility_problems
 if TYPE_CHECKING:
     from components.config import Cluster, GpuNode
 
+# kubeadm leaves kube-controller-manager's --node-cidr-mask-size at 24: every node gets a /24 of
+# the pod CIDR, and a node that finds none left never gets a pod network (it stays NotReady).
+NODE_CIDR_MASK = 24
+# nccl-tests busbw below half of the fabric's line rate: "something is wrong" (design documents).
+MIN_NCCL_EFFICIENCY = 0.5
+# Mounting a volume over these hides what the container image needs to run.
+_SYSTEM_DIRS = frozenset({"", "bin", "boot", "dev", "etc", "lib", "lib64", "proc", "run", "sbin",
+                          "sys", "usr", "var"})
+
 # ---------------------------------------------------------------- expansion
 
 
@@ -279,6 +288,7 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             if a.overlaps(b):
                 yield Problem(pb, str(b), f"overlaps {pa} {a}",
                               "use disjoint ranges for management, pods, services and RDMA")
+    yield from _pod_cidr_problems(c)
     first, last = c.network.ingress_pool
     if first > last or first not in c.network.management_cidr \
             or last not in c.network.management_cidr:
@@ -338,8 +348,21 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes,
                           "an MPIJob has a fixed world size (mpirun -np)",
                           "drop elasticMinNodes or use launcher: pytorchjob")
+    yield from _checkpoint_problems(c)
     nt = c.workloads.nccl_test
     if nt is not None:
+        if nt.min_efficiency < MIN_NCCL_EFFICIENCY:
+            yield Problem("workloads.ncclTest.minEfficiency", nt.min_efficiency,
+                          f"below {MIN_NCCL_EFFICIENCY:.0%} of the fabric's bus bandwidth, "
+                          "which the design documents call broken: a degraded fabric would pass "
+                          "the acceptance gate",
+                          f"use {MIN_NCCL_EFFICIENCY} or more (0.8 is the healthy line)")
+        if nt.gate and not c.platform.gpu_operator.gpudirect_rdma:
+            yield Problem("platform.gpuOperator.gpudirectRdma", False,
+                          "the NCCL acceptance gate requires GPUDirect RDMA (NET/IB .../GDRDMA "
+                          "in NCCL's log) and would fail every `pulumi up`",
+                          "keep gpudirectRdma: true; or, outside production, set "
+                          "workloads.ncclTest.gate: false")
         if nt.nodes is not None and nt.nodes > len(nodes):
             yield Problem("workloads.ncclTest.nodes", nt.nodes,
                           f"more nodes than the {len(nodes)} GPU nodes",
@@ -403,4 +426,53 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
 
     yield from (Problem(*p) for p in compatibility_problems(c))
 
+
+def _pod_cidr_problems(c: Cluster) -> Iterator[Problem]:
+    pod = c.kubernetes.pod_cidr
+    kubelets = len(c.control_plane) + len(c.nodes)
+    blocks = 2 ** (NODE_CIDR_MASK - pod.prefixlen) if pod.prefixlen <= NODE_CIDR_MASK else 0
+    if blocks < kubelets:
+        need = NODE_CIDR_MASK - (kubelets - 1).bit_length()
+        wider = ipaddress.ip_network(f"{pod.network_address}/{need}", strict=False)
+        yield Problem("kubernetes.podCidr", str(pod),
+                      f"holds {blocks} per-node /{NODE_CIDR_MASK} pod ranges for {kubelets} "
+                      "nodes (kubeadm gives each node a /24); the rest would never get a pod "
+                      "network", f"use a /{need} or larger, e.g. {wider}, clear of the other "
+                      "ranges")
+
+
+def _checkpoint_problems(c: Cluster) -> Iterator[Problem]:
+    """Checkpoints must be writable, on the checkpoint file system, and mounted where nothing
+    else is: a job that cannot write them loses every hour since the last good one."""
+    from components.planning.workloads import mount_root  # where the job mounts a path's volume
+
+    for i, fs in enumerate(c.storage.lustre):
+        if fs.purpose == "checkpoints" and "ro" in fs.mount_options:
+            yield Problem(f"storage.lustre[{i}].mountOptions", list(fs.mount_options),
+                          "mounts the checkpoint file system read-only: every checkpoint "
+                          "write fails", "drop ro (datasets and weights are mounted read-only "
+                          "by their claims already)")
+    for i, j in enumerate(c.workloads.training):
+        path = f"workloads.training[{i}]"
+        for key, value in (("checkpointPath", j.checkpoint_path),
+                           ("datasetPath", j.dataset_path)):
+            parts = value.split("/")
+            if not value.startswith("/") or ".." in parts or "." in parts or "//" in value:
+                yield Problem(f"{path}.{key}", value,
+                              "is not a normalised absolute path: it would resolve outside "
+                              "the volume mounted for it", "write an absolute path such as "
+                              + ("/checkpoints/<job>" if key == "checkpointPath"
+                                 else "/data/<set>"))
+            elif mount_root(value).strip("/") in _SYSTEM_DIRS:
+                yield Problem(f"{path}.{key}", value,
+                              f"would mount the volume over the image's {mount_root(value)}",
+                              "use a directory of its own, e.g. "
+                              + ("/checkpoints/<job>" if key == "checkpointPath"
+                                 else "/data/<set>"))
+        if mount_root(j.checkpoint_path) == mount_root(j.dataset_path):
+            yield Problem(f"{path}.checkpointPath", j.checkpoint_path,
+                          f"is outside the checkpoint mount: {mount_root(j.dataset_path)} is "
+                          "where the dataset is mounted, read-only",
+                          "put checkpoints under a mount of their own, e.g. /checkpoints/"
+                          f"{j.name}")
 

@@ -14,6 +14,7 @@ import pulumi_command as command
 
 from components.hardware import BareMetalNode
 from components.planning.facts import fabric_facts
+from components.remote import remote_command
 
 SM_CONF_DIR = "/etc/opensm"
 
@@ -100,7 +101,7 @@ class InfinibandFabric(pulumi.ComponentResource):
             {sw: s.cli for sw, s in args.switches.items()},
             {host: files for host, (_, files) in args.sm_hosts.items()})}, opts)
         self.subnet_managers = {
-            host: command.remote.Command(
+            host: remote_command(
                 f"{host}-opensm",
                 connection=node.connection,
                 create="sudo bash -s",
@@ -110,7 +111,7 @@ class InfinibandFabric(pulumi.ComponentResource):
             for host, (node, files) in sorted(args.sm_hosts.items())
         }
         self.switches = {
-            sw: command.remote.Command(
+            sw: remote_command(
                 f"{sw}-config",
                 connection=command.remote.ConnectionArgs(
                     host=s.address, user=args.switch_user, password=args.switch_password,

@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from components.remote import connection
+from components.remote import connection, remote_command
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class BareMetalNode(pulumi.ComponentResource):
         self.address = args.address
         self.connection = connection(args.address, args.ssh_user, args.ssh_private_key,
                                      args.ssh_host_key)
-        self.prepared = command.remote.Command(
+        self.prepared = remote_command(
             f"{name}-prepare",
             connection=self.connection,
             create="sudo bash -s",

@@ -1,4 +1,5 @@
-"""Register a rendered Kubernetes manifest as the matching pulumi-kubernetes resource."""
+"""The stack's one Kubernetes provider, and rendered manifests registered as the matching
+pulumi-kubernetes resources."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ KINDS: dict[tuple[str, str], Any] = {
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
 }
+
+
+def cluster_provider(cluster_name: str, kubeconfig: Any,
+                     opts: pulumi.ResourceOptions | None = None) -> k8s.Provider:
+    """The provider every Kubernetes resource uses, from the cluster's own kubeconfig.
+
+    `cluster_identifier` pins the provider's identity to the cluster: without it, any change
+    that leaves the kubeconfig unknown at preview (e.g. a rotated SSH key re-running the command
+    that reads it) makes the provider plan its own replacement, and with it every Kubernetes
+    object's. `delete_unreachable` is pinned off so PULUMI_K8S_DELETE_UNREACHABLE in a runner's
+    environment can never make a refresh drop the cluster's objects from state."""
+    return k8s.Provider(
+        "kubernetes", kubeconfig=pulumi.Output.secret(kubeconfig),
+        cluster_identifier=cluster_name, delete_unreachable=False,
+        enable_server_side_apply=True, opts=opts)
 
 
 def resource_name(manifest: dict) -> str:

@@ -12,6 +12,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components.kube import apply
+from components.remote import remote_command
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Workload(pulumi.ComponentResource):
             g = args.gate
             # Runs when created and again whenever the test or the checker changes; a failing
             # check fails the update (non-zero exit), and the failure is in the update's log.
-            self.gate = command.remote.Command(
+            self.gate = remote_command(
                 f"{name}-acceptance",
                 connection=g.connection,
                 create="sudo bash -s",  # reads /etc/kubernetes/admin.conf

@@ -49,9 +49,10 @@ PHYSICAL_HEADING = (
 #   storage.k8s.io/v1 StorageClass provisioner, parameters, reclaimPolicy, volumeBindingMode
 #   core/v1 ConfigMap, Secret      data, binaryData, stringData when `immutable: true`
 #   helm.sh Release                name, namespace (the release's identity)
-#   command:remote:Command         connection.host, connection.port (another machine), triggers
-#   command:remote:CopyToRemote    the same, and remotePath
-#   command:local:Command          triggers (pulumi-command also sets replaceOnChanges)
+#   command:remote:Command         triggers only (pulumi-command 1.2 sets replaceOnChanges on
+#   command:remote:CopyToRemote    `triggers[*]` and nothing else: a changed connection.host is an
+#   command:local:Command          update that runs `create` on the new host, never `delete` on
+#                                  the old one)
 #   any resource                   its replaceOnChanges option; a change of provider reference
 
 _K8S_IDENTITY = ("metadata.name", "metadata.namespace")
@@ -77,12 +78,19 @@ REPLACE_RULES: dict[str, tuple[str, ...]] = {
     ),
     "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
     "kubernetes:helm.sh/v4:Release": ("name", "namespace"),
-    "command:remote:Command": ("connection.host", "connection.port", "triggers"),
-    "command:remote:CopyToRemote": (
-        "connection.host", "connection.port", "triggers", "remotePath",
-    ),
+    "command:remote:Command": ("triggers",),
+    "command:remote:CopyToRemote": ("triggers",),
     "command:local:Command": ("triggers",),
 }
+
+# Inputs a provider SDK makes secret as a whole (pulumi-command: `Output.secret(connection)`):
+# the CLI diff shows only that the input changed, as `[secret]`. The offline diff reports the
+# same single path and, under it, the fields that changed (host, port, user, host key).
+SECRET_INPUTS: dict[str, str] = {
+    "command:remote:Command": "connection",
+    "command:remote:CopyToRemote": "connection",
+}
+SECRET_NOTE = "(`pulumi preview` shows [secret])"
 
 
 def _immutable_data(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
@@ -209,13 +217,22 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
         opt_paths.append("parent")
     if not paths and not opt_paths:
         return None
+    texts: dict[str, list[str]] = {}
+    secret = SECRET_INPUTS.get(type_)
+    inside = [p for p in paths if secret and split_path(p)[0] == secret]
+    if inside:
+        texts[secret] = [SECRET_NOTE] + [
+            f"{sign}{p[len(secret) + 1:]}: {_value_at(doc.get('inputs'), p)}"
+            for p in inside for sign, doc in (("-", old), ("+", new))]
+        paths = [p for p in paths if p not in inside] + [secret]
     rules = replace_paths_for(type_, old, new)
     because = sorted({p for p in paths for r in rules if path_matches(p, r)})
     if any(p == "opts.provider" for p in opt_paths):
         because.append("opts.provider")
     action = "replace" if because else "update"
-    texts = {p: d for p in paths
-             if (d := text_diff(_value_at(old.get("inputs"), p), _value_at(new.get("inputs"), p)))}
+    olds, news = old.get("inputs"), new.get("inputs")
+    texts |= {p: d for p in paths
+              if p not in texts and (d := text_diff(_value_at(olds, p), _value_at(news, p)))}
     return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts)
 
 

@@ -37,7 +37,8 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY = 0, 1, 2, 3
 
 
 class ConfigFailure(Exception):
-    """The program rejected its configuration (components.config.ConfigError)."""
+    """The program rejected its configuration: a `ConfigError`, or the `pulumi.RunError` a
+    program raises to refuse cleanly (the CLI prints those without a traceback)."""
 
 
 class RunFailure(Exception):
@@ -45,14 +46,16 @@ class RunFailure(Exception):
 
 
 def is_config_error(err: BaseException) -> bool:
-    # Matched by name and module rather than imported: the runner must not import the project
-    # before the program runs, and must work for a project that has no such class yet.
+    # Matched by name rather than imported: the runner must not import the project before the
+    # program runs, and must not depend on the module a project keeps its error class in.
     seen: BaseException | None = err
     for _ in range(5):
         if seen is None:
             return False
         for cls in type(seen).__mro__:
-            if cls.__name__ == "ConfigError" and cls.__module__ == "components.config":
+            if cls.__name__ == "ConfigError" and cls.__module__.startswith("components."):
+                return True
+            if cls.__name__ == "RunError" and cls.__module__ == "pulumi.errors":
                 return True
         seen = seen.__cause__
     return False

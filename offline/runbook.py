@@ -98,6 +98,19 @@ def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
                   if (h := _suffix(c.name, suffix)) is not None)
 
 
+def _rehosted(changes: Iterable[Change]) -> list[tuple[str, str, str]]:
+    """(resource, old host, new host) for every command whose connection moved to another
+    address: an update in pulumi-command, not a replace."""
+    out = []
+    for c in changes:
+        lines = c.text_diffs.get("connection", []) if c.action == "update" else []
+        old = next((ln[len("-host: "):] for ln in lines if ln.startswith("-host: ")), None)
+        new = next((ln[len("+host: "):] for ln in lines if ln.startswith("+host: ")), None)
+        if old and new and old != new:
+            out.append((c.name, old, new))
+    return sorted(out)
+
+
 # Kubelet settings whose change needs the kubelet's checkpoint removed before it restarts.
 _CHECKPOINTED = {"cpuManagerPolicy": "cpu_manager_state", "memoryManagerPolicy":
                  "memory_manager_state"}
@@ -168,10 +181,13 @@ def runbook(diff: Diff, stack: str = "prod",
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
     # A joined node's guarded join does nothing when re-run: its changed settings stay unapplied.
-    rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("stdin")
+    # (A join script is the command itself; its credentials are its stdin.)
+    rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
                       if (h := _suffix(c.name, "-kubeadm-join")) is not None)
+    rehosted = _rehosted(changes)
     if not (leaving or joining or moves or sms or operators or prepared or kubelet
-            or control_plane or rejoined or any(a != "update" for a in switches.values())):
+            or control_plane or rejoined or rehosted
+            or any(a != "update" for a in switches.values())):
         return []
 
     steps: list[str] = []
@@ -246,6 +262,11 @@ def runbook(diff: Diff, stack: str = "prod",
             "and the guarded re-run leaves a joined node as it is. Apply them by hand (e.g. "
             "`kubectl taint` for taints, the static Pod manifest for kube-vip) or drain, remove "
             "and re-add the node")
+    for name, old, new in rehosted:
+        steps.append(
+            f"{name} moves from {old} to {new}: `pulumi up` runs its create command on {new} "
+            f"and nothing on {old} (pulumi-command updates a command whose host changed; it "
+            f"runs no delete on the old host). Undo on {old} by hand what it set up there")
     checks = []
     if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "

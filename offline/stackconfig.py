@@ -1,4 +1,9 @@
-"""Read `Pulumi.yaml` / `Pulumi.<stack>.yaml` into the config map the Pulumi CLI would pass."""
+"""Read `Pulumi.yaml` / `Pulumi.<stack>.yaml` into the config map the Pulumi CLI would pass.
+
+Like the CLI, config the project declares (`config:` in Pulumi.yaml) takes its `default` when
+the stack does not set it, and a declared key with neither is refused. Secrets cannot be read
+offline: a `secure:` value, or a declared `secret: true` key the stack file leaves to
+`pulumi config set --secret`, becomes a placeholder the leak check looks for."""
 
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ class StackConfig:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-def project_name(project_dir: Path) -> str:
+def load_project(project_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The project's name and its config declarations (`config:` of Pulumi.yaml)."""
     path = project_dir / "Pulumi.yaml"
     if not path.is_file():
         raise StackFileError(f"{path} not found: --project-dir must point at the Pulumi project")
@@ -35,7 +41,14 @@ def project_name(project_dir: Path) -> str:
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise StackFileError(f"{path}: `name` is missing")
-    return name
+    declared = doc.get("config") or {}
+    if not isinstance(declared, dict):
+        raise StackFileError(f"{path}: `config:` must be a mapping of key declarations")
+    return name, declared
+
+
+def project_name(project_dir: Path) -> str:
+    return load_project(project_dir)[0]
 
 
 def _encode(value: Any) -> str:
@@ -65,10 +78,35 @@ def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: s
     return value
 
 
-def build_config(project: str, stack: str, doc: dict[str, Any]) -> StackConfig:
+def _with_declared(project: str, stack: str, raw: dict[str, Any],
+                   declared: dict[str, Any]) -> dict[str, Any]:
+    """The stack's config plus what the project declares: defaults, and a placeholder for each
+    declared secret (the CLI asks `pulumi config set --secret` for it; offline there is none)."""
+    merged = dict(raw)
+    have = {k if ":" in k else f"{project}:{k}" for k in raw}
+    missing = []
+    for key, decl in sorted(declared.items()):
+        full = key if ":" in key else f"{project}:{key}"
+        if full in have or not isinstance(decl, dict):
+            continue
+        if decl.get("secret"):
+            merged[full] = {"secure": "declared"}
+        elif "default" in decl:
+            merged[full] = decl["default"]
+        else:
+            missing.append(key)
+    if missing:
+        raise StackFileError(f"Stack '{stack}' is missing configuration value(s) "
+                             f"{', '.join(missing)}: pulumi config set <key> <value>")
+    return merged
+
+
+def build_config(project: str, stack: str, doc: dict[str, Any],
+                 declared: dict[str, Any] | None = None) -> StackConfig:
     raw = doc.get("config") or {}
     if not isinstance(raw, dict):
         raise StackFileError("`config:` must be a mapping")
+    raw = _with_declared(project, stack, raw, declared or {})
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     placeholders: dict[str, str] = {}
@@ -85,7 +123,7 @@ def build_config(project: str, stack: str, doc: dict[str, Any]) -> StackConfig:
 
 
 def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
-    project = project_name(project_dir)
+    project, declared = load_project(project_dir)
     path = project_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError(f"{path} not found (STACK={stack})")
@@ -95,4 +133,4 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
         raise StackFileError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(doc, dict):
         raise StackFileError(f"{path}: top level must be a mapping")
-    return build_config(project, stack, doc)
+    return build_config(project, stack, doc, declared)

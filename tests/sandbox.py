@@ -566,14 +566,22 @@ class Sandbox:
                 args += ["--ro-bind", str(host), "/" + name]
         return args
 
-    def run(self, script: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Run:
-        """`bash -s` with the script on stdin, the way the stack runs it over SSH."""
+    def run(self, script: str, env: Mapping[str, str] | None = None, timeout: float = 60,
+            credentials: Iterable[str] | None = None) -> Run:
+        """The script the way the stack runs it over SSH: `bash -s` with the script on stdin,
+        or, for a script that reads credentials, `bash -c <script>` with them on stdin, one per
+        line (a join)."""
         log = self.state / "calls.log"
         log.write_text("")
         cmd = self.command()
         for k, v in (env or {}).items():
             cmd += ["--setenv", k, v]
-        proc = subprocess.run([*cmd, "bash", "-s"], input=script, capture_output=True,
+        if credentials is None:
+            argv, stdin = ["bash", "-s"], script
+        else:
+            argv, stdin = ["bash", "-c", script, "kubeadm-join"], "".join(
+                f"{c}\n" for c in credentials)
+        proc = subprocess.run([*cmd, *argv], input=stdin, capture_output=True,
                               text=True, timeout=timeout)
         calls = [tuple(line.split("\t")) for line in log.read_text().splitlines() if line]
         return Run(proc.returncode, proc.stdout, proc.stderr, calls)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 import shutil
@@ -91,19 +92,20 @@ def test_control_plane_join_runs_once_with_the_shared_key(cluster, tmp_path: Pat
     sb = Sandbox(tmp_path / host.hostname, host.hostname, {})
     assert sb.run(host_scripts.prepare_host(cluster, host, KEY)).returncode == 0
     enc = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\n# k1\n"
-    env = {"JOIN_TOKEN": "abcdef.0123456789abcdef", "CA_CERT_HASH": "sha256:" + "5e" * 32,
-           "CERTIFICATE_KEY": "7a" * 32, "ENCRYPTION_CONFIG": enc}
+    # kubeadm.CONTROL_PLANE_CREDENTIALS on stdin, the encryption configuration base64-encoded.
+    stdin = ("abcdef.0123456789abcdef", "sha256:" + "5e" * 32, "7a" * 32,
+             base64.b64encode(enc.encode()).decode())
     script = kubeadm.control_plane_join_script(cluster, host)
-    first = sb.run(script, env)
+    first = sb.run(script, credentials=stdin)
     assert first.returncode == 0, first.explain()
     assert first.count("kubeadm", "join") == 1
     assert sb.path("/etc/kubernetes/encryption-config.yaml").read_text().strip() == enc.strip()
     assert sb.path("/etc/kubernetes/manifests/kube-vip.yaml").is_file()
     assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
     assert "7a" * 32 not in first.output and sb.files_containing("7a" * 32) == []
-    second = sb.run(script, env)
+    second = sb.run(script, credentials=stdin)
     assert second.returncode == 0 and second.changes == [], second.explain()
-    missing = sb.run(script, {k: v for k, v in env.items() if k != "ENCRYPTION_CONFIG"})
+    missing = sb.run(script, credentials=stdin[:3])
     assert "already a control-plane member" in missing.stdout  # guard runs first
 
 
@@ -124,6 +126,7 @@ def test_preview_joins_control_planes_one_at_a_time(stack: dict[str, Any],
     for join in (join2, join3):
         assert join["options"]["protect"] is True
         assert "delete" not in join["inputs"]  # never a reset on a control-plane host
-        assert join["inputs"]["environment"] != "" and "ENCRYPTION_CONFIG" in str(
-            join["inputs"]["create"])
+        # Credentials travel on stdin (a secret), the script is the command.
+        assert "environment" not in join["inputs"] and join["inputs"]["stdin"] == "[secret]"
+        assert "ENCRYPTION_CONFIG_B64" in join["inputs"]["create"]
     assert join2["urn"] in join3["options"]["dependsOn"]

@@ -41,7 +41,9 @@ HOSTS = sorted({key.split("/")[0] for key in SCRIPTS})
 ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubelet-config.sh", "kubeadm-join.sh",
          "apply-opensm.sh")
 TOKEN = "abcdef.0123456789abcdef"
-JOIN_ENV = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
+# What a worker's join reads from stdin (kubeadm.WORKER_CREDENTIALS), one per line.
+JOIN = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
+JOIN_STDIN = tuple(JOIN.values())
 CP = CLUSTER.control_plane[0].hostname
 GPU = CLUSTER.nodes[0].hostname
 SM = CLUSTER.fabric.subnet_managers[0].host
@@ -63,11 +65,11 @@ def ok(run: Run) -> Run:
     return run
 
 
-def run_twice(sb: Sandbox, script: str, env: dict[str, str] | None = None) -> Run:
+def run_twice(sb: Sandbox, script: str, credentials: tuple[str, ...] | None = None) -> Run:
     """Run, run again; the second run changes nothing at all. Returns the first run."""
-    first = ok(sb.run(script, env))
+    first = ok(sb.run(script, credentials=credentials))
     before = sb.snapshot()
-    second = ok(sb.run(script, env))
+    second = ok(sb.run(script, credentials=credentials))
     assert second.changes == [], "second run changed state:\n" + second.explain()
     assert diff_snapshots(before, sb.snapshot()) == [], "second run changed files"
     return first
@@ -190,7 +192,7 @@ def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
     names = [n for n in ORDER if f"{host}/{n}" in SCRIPTS]
     assert names[0] == "prepare-host.sh"
     for name in names:
-        first = run_twice(sb, script(host, name), JOIN_ENV if "join" in name else None)
+        first = run_twice(sb, script(host, name), JOIN_STDIN if "join" in name else None)
         CHECKS[ROLES[host], name](sb, first)
 
 
@@ -317,18 +319,22 @@ def test_a_failed_upload_is_retried_by_the_next_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize("missing", ["JOIN_TOKEN", "CA_CERT_HASH"])
 def test_join_refuses_to_run_without_its_secrets(tmp_path: Path, missing: str) -> None:
     sb = prepared(tmp_path, GPU)
-    env = {k: v for k, v in JOIN_ENV.items() if k != missing}
-    run = sb.run(script(GPU, "kubeadm-join.sh"), env)
-    assert run.returncode != 0 and f"{missing} must be set" in run.stderr
+    # A credential missing from stdin (an empty line in its place), or given the old way, in
+    # the environment: both stop the script before kubeadm runs.
+    lines = tuple("" if k == missing else v for k, v in JOIN.items())
+    run = sb.run(script(GPU, "kubeadm-join.sh"), credentials=lines)
+    assert run.returncode != 0 and "expected JOIN_TOKEN, CA_CERT_HASH on stdin" in run.stderr
+    environment = sb.run(script(GPU, "kubeadm-join.sh"), JOIN, credentials=())
+    assert environment.returncode != 0 and not environment.find("kubeadm")
     assert not run.find("kubeadm")
     assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
 
 
 def test_join_never_shows_or_leaves_the_token(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
-    first = ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    first = ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN))
     check_join(sb, first)
-    second = ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    second = ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN))
     assert second.calls == [] and "already joined" in second.stdout
     assert TOKEN not in second.output and sb.files_containing(TOKEN) == []
 
@@ -336,11 +342,11 @@ def test_join_never_shows_or_leaves_the_token(tmp_path: Path) -> None:
 def test_a_failed_join_removes_the_token_file_and_is_retried(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
     sb.fail_next("kubeadm join")
-    failed = sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV)
+    failed = sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN)
     assert failed.returncode != 0 and failed.count("kubeadm", "join") == 1
     assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
     assert TOKEN not in failed.output and sb.files_containing(TOKEN) == []
-    check_join(sb, ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV)))
+    check_join(sb, ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN)))
 
 
 # --- leaving: drain on the control plane, then reset on the worker ---------------------------
@@ -352,7 +358,7 @@ def test_leave_does_nothing_on_a_node_that_never_joined(tmp_path: Path) -> None:
 
 def test_leave_resets_a_joined_node_once(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
-    ok(sb.run(script(GPU, "kubeadm-join.sh"), JOIN_ENV))
+    ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN))
     first = run_twice(sb, kubeadm.leave_script(GPU))
     assert first.changes == [("kubeadm", "reset", "--force", "--cleanup-tmp-dir")]
     assert not sb.path("/etc/kubernetes/kubelet.conf").exists()

@@ -41,6 +41,7 @@ def cluster_of(sus: list[int], per_su: int = 32) -> Cluster:
          "racks": [f"s{su}r{i}" for i in range((per_su + 3) // 4)], "nodesPerRack": 4}
         for su in sus
     ]
+    raw["kubernetes"]["podCidr"] = "10.128.0.0/12"  # a /24 per node for up to 4096 nodes
     return validate_cluster(raw, REPO)
 
 

@@ -52,6 +52,18 @@ def test_full_last_su_leaves_slots_for_the_subnet_managers() -> None:
     assert [r["count"] for r in ranges] == [32, 8]  # a partial SU has free ports already
 
 
+def test_a_larger_site_gets_a_pod_cidr_with_a_24_per_node() -> None:
+    base = {"config": {"gpu-cluster:cluster": {
+        **BASE["config"]["gpu-cluster:cluster"],
+        "hosts": [{"hostname": "mgmt-01", "role": "control-plane"}],
+        "kubernetes": {"podCidr": "10.244.0.0/16"}}}}
+    pods = scale_gpu_nodes(base, 1024, free_slots=0)["config"]["gpu-cluster:cluster"][
+        "kubernetes"]["podCidr"]
+    assert pods == "10.128.0.0/13"  # 1025 kubelets: 2048 x /24
+    small = scale_gpu_nodes(base, 128)["config"]["gpu-cluster:cluster"]["kubernetes"]
+    assert small["podCidr"] == "10.244.0.0/16"
+
+
 def test_partial_last_su() -> None:
     ranges = scale_gpu_nodes(BASE, 40)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
     assert [(r["start"], r["count"], r["su"]) for r in ranges] == [(0, 32, 1), (32, 8, 2)]

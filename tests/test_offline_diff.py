@@ -78,7 +78,14 @@ def test_immutable_fields_force_replacement() -> None:
 def test_command_host_and_replace_on_changes_option() -> None:
     cmd = "command:remote:Command"
     old = doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "a"})
-    assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.2"}, "create": "a"}),
+    # pulumi-command 1.2 replaces on `triggers` only: a new host is an update, reported as the
+    # CLI reports the (secret) connection, with the changed fields beneath it.
+    moved = classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.2"}, "create": "a"}),
+                     "hardware")
+    assert moved is not None and moved.action == "update" and moved.paths == ["connection"]
+    assert moved.text_diffs["connection"][1:] == ["-host: 10.0.0.1", "+host: 10.0.0.2"]
+    assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "a",
+                                           "triggers": ["v2"]}),
                     "hardware").action == "replace"  # type: ignore[union-attr]
     assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "b"}),
                     "hardware").action == "update"  # type: ignore[union-attr]
@@ -135,12 +142,16 @@ def test_end_to_end_diff_classification(offline_project: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert ("Changes against rendered/prod: 2 to create, 1 to update, 1 to replace, "
+    assert ("Changes against rendered/prod: 2 to create, 2 to update, 0 to replace, "
             "2 to delete") in out
     physical = out.index(PHYSICAL_HEADING)
     other = out.index("Other changes:")
-    assert physical < out.index("replace command:remote:Command  node-a-prepare") < other
-    assert "replaced because: connection.host" in out
+    # A new address is an update in pulumi-command 1.2 (only `triggers` replaces), shown as
+    # the CLI shows it: the whole connection changed, [secret]; the fields beneath it.
+    moved = out.index("update  command:remote:Command  node-a-prepare")
+    assert physical < moved < other
+    assert "~ connection" in out[moved:] and "+host: 10.0.1.9" in out[moved:]
+    assert "replaced because" not in out
     assert physical < out.index("delete  gpucluster:hardware:BareMetalNode  node-b") < other
     assert physical < out.index("create  command:remote:Command  node-c-prepare") < other
     deploy = out.index("update  kubernetes:apps/v1:Deployment  vllm")

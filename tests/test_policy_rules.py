@@ -126,6 +126,12 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "checkpoint-volume-rwx": (
         CKPT_PVC, lambda p: p["spec"].update(accessModes=["ReadWriteOnce"]),
         lambda p: p["spec"].update(accessModes=["ReadWriteMany", "ReadOnlyMany"])),
+    # A read-only checkpoint mount fails the first save; the dataset mount is read-only by design.
+    "checkpoint-volume-writable": (
+        TRAIN, lambda p: next(m for m in wc(p)["volumeMounts"]
+                              if m["name"] == "checkpoints").update(readOnly=True),
+        lambda p: next(m for m in wc(p)["volumeMounts"]
+                       if m["name"] == "dataset").update(readOnly=True)),
     "ssh-host-key-pinned": (
         INIT, lambda p: p["connection"].pop("hostKey"),
         lambda p: p["connection"].update(hostKey="ecdsa-sha2-nistp256 AAAAE2VjZHNh")),

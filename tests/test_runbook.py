@@ -203,7 +203,7 @@ def test_a_switch_to_switch_cable_is_listed_once() -> None:
 
 def test_changed_join_settings_of_joined_nodes_are_called_out() -> None:
     joins = [Change("update", f"urn:x::gpu-node-0{i}-kubeadm-join", "command:remote:Command",
-                    f"gpu-node-0{i}-kubeadm-join", "bootstrap", ["stdin"], text_diffs={"stdin": [
+                    f"gpu-node-0{i}-kubeadm-join", "bootstrap", ["create"], text_diffs={"create": [
                         "-  - effect: NoSchedule", "+  - effect: NoExecute"]}) for i in range(3)]
     (step,) = [line for line in runbook(Diff(joins)) if "join settings change" in line]
     assert "3 joined nodes (gpu-node-00 … gpu-node-02)" in step

@@ -15,7 +15,7 @@ from conftest import run_offline
 from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
-CORE = "acme/gpu-cluster/site-core"
+CORE = "organization/gpu-cluster/site-core"
 PARTS = {
     "core": {"part": "core"},
     "su1": {"part": "nodes", "sus": [1], "kubernetesStack": CORE},

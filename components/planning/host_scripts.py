@@ -2,7 +2,7 @@
 
 Every script is idempotent: each step checks the state it wants before changing anything, so a
 second run changes nothing (tests run them twice against recording stub binaries). No script
-ever contains a secret: credentials reach a host only as Pulumi-secret environment variables.
+ever contains a secret: credentials reach a host only on a command's stdin, as Pulumi secrets.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 kubeadm v1beta4 (Kubernetes 1.31+). `kubeadm init` is not idempotent, so every script checks
 for the state it creates first (admin.conf, kubelet.conf) and exits without side effects when it
-is already there. Tokens and certificate keys never appear in rendered text: scripts read them
-from environment variables that Pulumi passes as secrets.
+is already there. Tokens and certificate keys never appear in rendered text: a join script is
+the command itself (`bash -c`) and reads its credentials from stdin, one per line, which Pulumi
+keeps secret — not from the environment, which a stock sshd refuses (`AcceptEnv`) and which
+`/proc/<pid>/environ` would show.
 """
 
 from __future__ import annotations
@@ -311,9 +313,24 @@ def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
     }
 
 
+# What a join reads from stdin, one line each, in this order (`join_credentials` in the
+# bootstrap layer writes them). The encryption configuration is YAML, so it travels base64.
+WORKER_CREDENTIALS = ("JOIN_TOKEN", "CA_CERT_HASH")
+CONTROL_PLANE_CREDENTIALS = (*WORKER_CREDENTIALS, "CERTIFICATE_KEY", "ENCRYPTION_CONFIG_B64")
+
+
+def _read_credentials(names: tuple[str, ...]) -> str:
+    """Shell lines reading `names` from stdin; fails before any change when one is missing."""
+    reads = "".join(f"IFS= read -r {n} || true\n" for n in names)
+    empty = " || ".join(f'[ -z "${n}" ]' for n in names)
+    return (f"{reads}if {empty}; then\n"
+            f'  echo "expected {", ".join(names)} on stdin, one per line" >&2; exit 1\n'
+            "fi\n")
+
+
 def control_plane_join_script(cluster: Cluster, host: Host) -> str:
-    """Guarded control-plane join: the encryption key, token and certificate key arrive as
-    secret environment; kube-vip is added once the node serves the API."""
+    """Guarded control-plane join: token, CA hash, certificate key and the encryption
+    configuration arrive on stdin; kube-vip is added once the node serves the API."""
     config = _docs(control_plane_join_configuration(cluster, host))
     manifest = _yaml(kube_vip_manifest(cluster))
     return dedent(
@@ -325,12 +342,10 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
           echo "{host} already a control-plane member; nothing to do"
           exit 0
         fi
-        : "${{JOIN_TOKEN:?}}" "${{CA_CERT_HASH:?}}" "${{CERTIFICATE_KEY:?}}"
-        : "${{ENCRYPTION_CONFIG:?}}"
-        install -d -m 0700 /etc/kubernetes /var/log/kubernetes
+        {credentials}install -d -m 0700 /etc/kubernetes /var/log/kubernetes
         umask 077
         # Every API server must decrypt what the others encrypted: the same key everywhere.
-        printf '%s\\n' "$ENCRYPTION_CONFIG" > /etc/kubernetes/encryption-config.yaml
+        printf '%s' "$ENCRYPTION_CONFIG_B64" | base64 -d > /etc/kubernetes/encryption-config.yaml
         cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
         {audit}AUDIT
         trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
@@ -341,8 +356,8 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
         cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'
         {manifest}KUBEVIP
         """
-    ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY),
-             config=config, manifest=manifest)
+    ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY), config=config, manifest=manifest,
+             credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
 
 
 CERTIFICATE_KEY_COMMAND = (
@@ -352,7 +367,7 @@ CERTIFICATE_KEY_COMMAND = (
 
 
 def join_script(cluster: Cluster, node: GpuNode) -> str:
-    """Guarded `kubeadm join`: JOIN_TOKEN and CA_CERT_HASH arrive as secret environment."""
+    """Guarded `kubeadm join`: the token and CA certificate hash arrive on stdin."""
     config = _docs(join_configuration(cluster, node))
     return dedent(
         """\
@@ -363,15 +378,15 @@ def join_script(cluster: Cluster, node: GpuNode) -> str:
           echo "{host} already joined; nothing to do"
           exit 0
         fi
-        : "${{JOIN_TOKEN:?JOIN_TOKEN must be set}}" "${{CA_CERT_HASH:?CA_CERT_HASH must be set}}"
-        umask 077
+        {credentials}umask 077
         # The file holds the token: removed however the script ends, a failed join included.
         trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
         cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
         {config}KUBEADM
         kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
         """
-    ).format(host=node.hostname, config=config)
+    ).format(host=node.hostname, config=config,
+             credentials=_read_credentials(WORKER_CREDENTIALS))
 
 
 def drain_script(node: str) -> str:

@@ -32,6 +32,13 @@ def fabric_spec(cluster: Cluster) -> FabricSpec:
 
 
 def plan(cluster: Cluster) -> FabricPlan:
+    """The fabric plan of a config; planned once, when the config is validated."""
+    if cluster._fabric_plan is None:
+        cluster._fabric_plan = _plan(cluster)
+    return cluster._fabric_plan
+
+
+def _plan(cluster: Cluster) -> FabricPlan:
     nodes = [
         FabricNode(
             hostname=n.hostname, su=n.su, slot=n.slot, rack=n.rack,

@@ -99,7 +99,7 @@ def _claims(claims: dict[str, str]) -> list[dict]:
             for name, claim in claims.items()]
 
 
-def _mount_root(path: str) -> str:
+def mount_root(path: str) -> str:
     return "/" + path.strip("/").split("/")[0]
 
 
@@ -204,8 +204,8 @@ def _training_args(job: TrainingJob) -> list[str]:
 
 def _training_mounts(job: TrainingJob) -> list[dict]:
     return [
-        {"name": "dataset", "mountPath": _mount_root(job.dataset_path), "readOnly": True},
-        {"name": "checkpoints", "mountPath": _mount_root(job.checkpoint_path)},
+        {"name": "dataset", "mountPath": mount_root(job.dataset_path), "readOnly": True},
+        {"name": "checkpoints", "mountPath": mount_root(job.checkpoint_path)},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
 
@@ -467,7 +467,7 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
                           "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4},
         "securityContext": _restricted_security(),
         "volumeMounts": [
-            {"name": "weights", "mountPath": _mount_root(svc.model_path), "readOnly": True},
+            {"name": "weights", "mountPath": mount_root(svc.model_path), "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "cache", "mountPath": "/cache"},
         ],

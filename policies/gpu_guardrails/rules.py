@@ -14,8 +14,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from .common import WORKLOAD_TYPES, containers, qty
-from .registry import get, resource_rule, stack_rule
+from .common import WORKLOAD_TYPES, containers, pod_containers, pod_templates, qty
+from .registry import get, is_list, resource_rule, stack_rule
 
 
 def _image_unpinned(image: str) -> str | None:
@@ -174,3 +174,49 @@ def checkpoint_volume_rwx(args: ResourceValidationArgs, report: ReportViolation)
     modes = _access_modes(args.props)
     if "ReadWriteMany" not in modes:
         report(f"spec.accessModes is {modes}; checkpoints need ReadWriteMany")
+
+
+def _checkpoint_pv(r: Any) -> bool:
+    return r.resource_type == "kubernetes:core/v1:PersistentVolume" and (
+        "checkpoint" in _name(r)
+        or get(r.props, "metadata", "labels", "gpucluster.io/purpose") == "checkpoints")
+
+
+@stack_rule(
+    "checkpoint-volume-writable",
+    "Checkpoint volumes are mounted read-write everywhere they are mounted",
+    EnforcementLevel.MANDATORY,
+)
+def checkpoint_volume_writable(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A read-only checkpoint mount (the PV's CSI `readOnly`, a `ro` mount option, the claim
+    mounted `readOnly`) lets a job start and train for hours, then fail at its first save — and
+    every restart after a hardware failure goes back to the last checkpoint that was written.
+    A stack rule: which claims hold checkpoints follows from the PVs they bind."""
+    pvs = [r for r in args.resources if _checkpoint_pv(r)]
+    for pv in pvs:
+        if get(pv.props, "spec", "csi", "readOnly") is True:
+            report(f"PersistentVolume {_name(pv)!r} sets spec.csi.readOnly: checkpoints "
+                   "cannot be written", pv.urn)
+        options = get(pv.props, "spec", "mountOptions")
+        if is_list(options) and "ro" in options:
+            report(f"PersistentVolume {_name(pv)!r} mounts with option ro: checkpoints "
+                   "cannot be written", pv.urn)
+    names = {_name(pv) for pv in pvs}
+    claims = {_name(r) for r in args.resources
+              if r.resource_type == "kubernetes:core/v1:PersistentVolumeClaim"
+              and (get(r.props, "spec", "volumeName") in names or "checkpoint" in _name(r))}
+    for r in args.resources:
+        if r.resource_type not in WORKLOAD_TYPES:
+            continue
+        for path, _meta, spec in pod_templates(r.resource_type, r.props):
+            volumes = {get(v, "name"): v for v in (get(spec, "volumes") or ())
+                       if get(v, "persistentVolumeClaim", "claimName") in claims}
+            for name, v in volumes.items():
+                if get(v, "persistentVolumeClaim", "readOnly") is True:
+                    report(f"{path} volume {name!r} mounts checkpoint claim "
+                           f"{get(v, 'persistentVolumeClaim', 'claimName')!r} readOnly", r.urn)
+            for cpath, c in pod_containers(path, spec):
+                for m in get(c, "volumeMounts") or ():
+                    if get(m, "name") in volumes and get(m, "readOnly") is True:
+                        report(f"{cpath} mounts checkpoint volume {get(m, 'name')!r} at "
+                               f"{get(m, 'mountPath')} readOnly: every save would fail", r.urn)

@@ -29,7 +29,8 @@ KIND_PREFIX = {"hca": 0x0201, "sm": 0x0202, "switch": 0x0205}
 def normalize(guid: str, where: str) -> str:
     """Lower-case `0x` + 16 hex digits; raises PlanError naming `where` otherwise."""
     if not isinstance(guid, str) or not _GUID.match(guid):
-        raise PlanError(f"{where}: {guid!r} is not a GUID; write 0x followed by 16 hex digits")
+        raise PlanError(where, guid, "is not a GUID",
+                        "write 0x followed by 16 hex digits, as `ibstat` prints it")
     return guid.lower()
 
 

@@ -21,7 +21,12 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 class PlanError(ValueError):
-    """The inputs cannot be planned; the message names the offending key and the fix."""
+    """The inputs cannot be planned: the config key path (under `gpu-cluster:cluster`), the
+    value found there, what is wrong and the fix — the same four parts as a config problem."""
+
+    def __init__(self, path: str, value: object, message: str, fix: str):
+        self.path, self.value, self.message, self.fix = path, value, message, fix
+        super().__init__(f"{path}: {message} (got {value!r}). Fix: {fix}")
 
 
 # ---------------------------------------------------------------- inputs

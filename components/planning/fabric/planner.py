@@ -80,9 +80,11 @@ def _rails_per_leaf(spec: FabricSpec, su: int, slots: int) -> int:
         g = spec.rails_per_leaf
         if rails % g or g * slots > half:
             raise PlanError(
-                f"fabric.railsPerLeaf: {g} does not fit SU {su} ({slots} slots x {g} rails > "
-                f"{half} down ports, or {rails} rails not divisible); remove it to derive it"
-            )
+                "fabric.railsPerLeaf", g,
+                f"does not fit SU {su}: {slots} slots x {g} rails > {half} down ports, or "
+                f"{rails} rails not divisible by it",
+                "remove fabric.railsPerLeaf to derive it, or use a divisor of "
+                f"{rails} no larger than {half // max(slots, 1)}")
         return g
     cap = max(1, rails // 2)
     fits = [d for d in _divisors(rails) if d <= cap and d * slots <= half]
@@ -97,45 +99,53 @@ def _leaf_name(su: int, rails: Sequence[int]) -> str:
 
 def _validate(nodes: Sequence[FabricNode], sms: Sequence[SmHost], spec: FabricSpec) -> None:
     if spec.radix < 4 or spec.radix % 2:
-        raise PlanError(f"fabric.radix: {spec.radix} must be an even port count >= 4")
+        raise PlanError("fabric.radix", spec.radix, "is not an even port count >= 4",
+                        "set the switch's port count (QM9700: 64)")
     if not 1 <= spec.nodes_per_su <= spec.half:
-        raise PlanError(f"fabric.nodesPerSu: {spec.nodes_per_su} must be within 1..{spec.half}")
+        raise PlanError("fabric.nodesPerSu", spec.nodes_per_su, f"is outside 1..{spec.half}",
+                        f"use at most {spec.half} nodes per SU (half the switch radix)")
     if not 1 <= spec.rails_per_node <= spec.half:
-        raise PlanError(f"fabric.railsPerNode: {spec.rails_per_node} must be 1..{spec.half}")
+        raise PlanError("gpuNodes.template.gpu.count", spec.rails_per_node,
+                        f"rails (one per GPU) outside 1..{spec.half}",
+                        f"use at most {spec.half} GPUs and rails per node")
     seen: dict[str, str] = {}
     slots: dict[tuple[int, int], str] = {}
     for n in nodes:
         where = f"nodes.{n.hostname}"
         if n.hostname in seen:
-            raise PlanError(f"{where}: hostname listed twice; hostnames are unique")
+            raise PlanError(where, n.hostname, "hostname listed twice", "make hostnames unique")
         seen[n.hostname] = where
         if n.su < 1:
-            raise PlanError(f"{where}.su: {n.su} must be >= 1")
+            raise PlanError(f"{where}.su", n.su, "is below 1", "number SUs from 1")
         if not 0 <= n.slot < spec.nodes_per_su:
-            raise PlanError(
-                f"{where}.slot: {n.slot} is outside 0..{spec.nodes_per_su - 1}; "
-                f"start SU {n.su + 1} for more nodes"
-            )
+            raise PlanError(f"{where}.slot", n.slot, f"is outside 0..{spec.nodes_per_su - 1}",
+                            f"start SU {n.su + 1} for more nodes")
         other = slots.setdefault((n.su, n.slot), n.hostname)
         if other != n.hostname:
-            raise PlanError(f"{where}.slot: SU {n.su} slot {n.slot} is already {other}")
+            raise PlanError(f"{where}.slot", n.slot, f"SU {n.su} slot {n.slot} is already {other}",
+                            "give every node its own SU slot")
         rails: set[int] = set()
         hcas: set[str] = set()
         for p in n.ports:
             if not 0 <= p.rail < spec.rails_per_node:
-                raise PlanError(
-                    f"{where}.rails: rail {p.rail} outside 0..{spec.rails_per_node - 1}")
+                raise PlanError(f"{where}.rails", p.rail,
+                                f"rail outside 0..{spec.rails_per_node - 1}",
+                                "number rails from 0, one per GPU")
             if p.rail in rails or p.hca in hcas:
-                raise PlanError(f"{where}.rails[{p.rail}]: rail or HCA {p.hca} used twice")
+                raise PlanError(f"{where}.rails[{p.rail}]", p.hca, "rail or HCA used twice",
+                                "list each rail once with its own HCA")
             rails.add(p.rail)
             hcas.add(p.hca)
     for s in sms:
         if s.hostname in seen:
-            raise PlanError(f"subnetManagers.{s.hostname}: listed twice or also a GPU node")
+            raise PlanError("fabric.subnetManagers", s.hostname,
+                            "listed twice or also a GPU node",
+                            "run each subnet manager on its own non-GPU host")
         seen[s.hostname] = f"subnetManagers.{s.hostname}"
     prios = [s.priority for s in sms]
     if len(set(prios)) != len(prios):
-        raise PlanError("subnetManagers.priority: priorities must differ (master > standby)")
+        raise PlanError("fabric.subnetManagers[].priority", prios, "priorities are not distinct",
+                        "give the master a higher sm_priority than the standby")
 
 
 def _rack_resolver(spec: FabricSpec) -> Callable[[str], str]:
@@ -180,9 +190,10 @@ class _Wiring:
             s_count = self.spec.spines
             if half % s_count or n * (half // s_count) > radix:
                 raise PlanError(
-                    f"fabric.spines: {s_count} spines cannot take {n} leaves x {half} "
-                    f"uplinks evenly; use a divisor of {half} >= {-(-n * half // radix)}"
-                )
+                    "fabric.spines", s_count,
+                    f"spines cannot take {n} leaves x {half} uplinks evenly",
+                    f"use a divisor of {half} that is >= {-(-n * half // radix)}, or remove "
+                    "fabric.spines to derive it")
         else:
             # Fewest spines that keep the leaves 1:1; more if the SM hosts would otherwise
             # need a node slot (so filling the last slot never re-stripes the uplinks).
@@ -204,7 +215,8 @@ class _Wiring:
         half, radix, rails = self.spec.half, self.spec.radix, self.spec.rails_per_node
         per_pod = half // rails
         if per_pod < 1:
-            raise PlanError(f"fabric.railsPerNode: {rails} rails exceed a {half}-leaf pod")
+            raise PlanError("gpuNodes.template.gpu.count", rails,
+                            f"rails exceed a {half}-leaf pod", f"use at most {half} rails")
         for leaf in leaves:
             leaf.pod = (leaf.su - 1) // per_pod + 1
             leaf.position = ((leaf.su - 1) % per_pod) * rails + leaf.group
@@ -212,8 +224,10 @@ class _Wiring:
         max_pod = pods[-1] if pods else 1
         fits = [d for d in _divisors(half) if d * radix >= max_pod * half]
         if not fits:
-            raise PlanError(f"{max_pod} pods exceed a three-tier tree of radix {radix} "
-                            f"(max {radix} pods = {radix * half * half // 2} HCA ports)")
+            raise PlanError("gpuNodes", f"{max_pod} pods",
+                            f"exceed a three-tier tree of radix {radix} (at most {radix} "
+                            f"pods = {radix * half * half // 2} HCA ports)",
+                            "split the site into separate fabrics")
         c = fits[0]
         q = half // c
         for leaf in leaves:
@@ -270,7 +284,8 @@ def _assign_guids(nodes: Sequence[FabricNode], sms: Sequence[SmHost], switch_nam
     def claim(guid: str, where: str) -> str:
         g = G.normalize(guid, where)
         if g in real:
-            raise PlanError(f"{where}: GUID {g} already used by {real[g]}")
+            raise PlanError(where, g, f"GUID already used by {real[g]}",
+                            "read each port's GUID again with `ibstat`; GUIDs are unique")
         real[g] = where
         taken.add(G.to_int(g))
         return g
@@ -325,8 +340,9 @@ def plan_fabric(
     leaves, leaf_of, g_of = _build_leaves(nodes, spec)
     tiers = spec.tiers or (2 if len(leaves) <= radix else 3)
     if tiers == 2 and len(leaves) > radix:
-        raise PlanError(f"fabric.tiers: {len(leaves)} leaves exceed a two-tier tree of radix "
-                        f"{radix} (max {radix} leaves); remove tiers: 2")
+        raise PlanError("fabric.tiers", tiers,
+                        f"{len(leaves)} leaves exceed a two-tier tree of radix {radix} "
+                        f"(at most {radix} leaves)", "remove fabric.tiers to add a core tier")
     w = _Wiring(spec)
     if tiers == 2:
         w.two_tier(leaves, len(sms))
@@ -431,10 +447,10 @@ def _place_sm(
         pick = pick or next((x for x in free if x not in taken), None)
         if pick is None:
             raise PlanError(
-                f"subnetManagers.{s.hostname}: no free switch port (every leaf, spine and core "
-                f"port is cabled); leave a node slot free, e.g. the last slot of the last SU, "
-                "as DGX SuperPOD does for UFM"
-            )
+                "fabric.subnetManagers", s.hostname,
+                "has no free switch port (every leaf, spine and core port is cabled)",
+                "leave a node slot free, e.g. the last slot of the last SU, as DGX SuperPOD "
+                "does for UFM")
         taken.add(pick)
         switches_used.add(pick[0])
         used.setdefault(pick[0], set()).add(pick[1])

@@ -95,13 +95,15 @@ def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None =
     seen: dict[int, str] = {}
     for p in parts:
         if not 0x0001 <= p.pkey <= 0x7FFE:
-            raise PlanError(f"fabric.partitions.{p.name}.pkey: {p.pkey:#06x} must be within "
-                            "0x0001-0x7ffe (0x7fff is the Default partition)")
+            raise PlanError(f"fabric.partitions.{p.name}.pkey", f"{p.pkey:#06x}",
+                            "is outside 0x0001-0x7ffe (0x7fff is the Default partition)",
+                            "pick a pkey within 0x0001-0x7ffe")
         if p.pkey in seen:
-            raise PlanError(f"fabric.partitions.{p.name}.pkey: {p.pkey:#06x} already used by "
-                            f"{seen[p.pkey]}")
+            raise PlanError(f"fabric.partitions.{p.name}.pkey", f"{p.pkey:#06x}",
+                            f"already used by {seen[p.pkey]}", "give each partition its own pkey")
         if not p.name or any(ch in p.name for ch in "=,:;# \t"):
-            raise PlanError(f"fabric.partitions.{p.name!r}.name: use letters, digits, - _ .")
+            raise PlanError("fabric.partitions[].name", p.name, "is not a partition name",
+                            "use letters, digits, - _ .")
         seen[p.pkey] = p.name
     hosts = {n.hostname for n in plan.nodes}
     out = [
