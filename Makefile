@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap
 DISCOVERED ?=
 
-.PHONY: preview render test bench lint verify-fabric deps clean
+.PHONY: preview render test bench lint verify-fabric deps clean engine
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ verify-fabric: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+
+# The real Pulumi engine (CLI, Python language host, command and kubernetes providers), built
+# from its Go modules into a cache; prints the bin directory to put on PATH.
+engine:
+	bash tools/engine/build.sh
 
 clean:
 	rm -rf build $(VENV)
