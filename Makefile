@@ -3,10 +3,10 @@ STACK ?= prod
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap
+DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap openssl
 DISCOVERED ?=
 
-.PHONY: preview render test bench lint verify-fabric deps clean engine
+.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ preview: $(VENV)/.installed
 render: $(VENV)/.installed
 	$(PY) -m offline preview --stack $(STACK) --render
 
-test: $(VENV)/.installed deps
+test: $(VENV)/.installed deps k8s-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -52,6 +52,16 @@ lint: $(VENV)/.installed
 # from its Go modules into a cache; prints the bin directory to put on PATH.
 engine:
 	bash tools/engine/build.sh
+
+# The cluster twin's control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd,
+# KWOK), built from its Go modules into a cache; prints the bin directory.
+k8s-tools:
+	bash tools/k8s/build.sh
+
+# The prod rendering applied to the twin: every object to a real API server, every pod to the
+# real scheduler over KWOK nodes of the plan (build/twin/).
+twin: $(VENV)/.installed
+	$(PY) -m twin --stack $(STACK)
 
 clean:
 	rm -rf build $(VENV)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from components.config import Chart, Cluster
 from components.planning.fabric.model import FabricPlan
 from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
+from components.planning.release_placement import with_placement
 
 # Images the Network Operator release deploys: component tags from its chart values
 # (network-operator-v26.4.1) and the DOCA-OFED driver container of the 26.4 platform-support
@@ -99,7 +100,12 @@ def volcano_scheduler_config() -> str:
 
 
 def helm_releases(cluster: Cluster) -> list[Release]:
-    """Every chart, in installation order (each release only names releases listed before)."""
+    """Every chart, in installation order (each release only names releases listed before),
+    each with the placement that gives all of its pods a node (release_placement)."""
+    return [replace(r, values=with_placement(r.name, r.values)) for r in _releases(cluster)]
+
+
+def _releases(cluster: Cluster) -> list[Release]:
     p = cluster.platform
     gpu = p.gpu_operator
     k = cluster.kubernetes
@@ -182,6 +188,10 @@ def adapter_rules(cluster: Cluster) -> list[dict]:
     ]
 
 
+# Pods that may share a node's HCAs through the RDMA shared device plugin (its resource count).
+RDMA_HCA_MAX = 63
+
+
 def nic_cluster_policy(cluster: Cluster) -> dict:
     no = cluster.platform.network_operator
     images = NETWORK_OPERATOR_IMAGES[no.version.lstrip("v")]
@@ -190,7 +200,7 @@ def nic_cluster_policy(cluster: Cluster) -> dict:
         "configList": [{
             "resourceName": no.rdma_resource_name,
             "resourcePrefix": no.rdma_resource_prefix,
-            "rdmaHcaMax": 63,
+            "rdmaHcaMax": RDMA_HCA_MAX,
             # The compute HCAs only (ib0..ib<n-1>, one per rail), not a storage or management
             # ConnectX on the same host: one pod resource exposes all rails, as NCCL_IB_HCA
             # lists them.
@@ -488,6 +498,18 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/command/-
         value: --gang-scheduler-name=volcano
+      # The upstream Deployment has no tolerations: on a cluster whose every node is tainted it
+      # would have no node. It runs on the control-plane hosts with the other controllers.
+      - op: add
+        path: /spec/template/spec/nodeSelector
+        value:
+          node-role.kubernetes.io/control-plane: ""
+      - op: add
+        path: /spec/template/spec/tolerations
+        value:
+          - key: node-role.kubernetes.io/control-plane
+            operator: Exists
+            effect: NoSchedule
 """
 
 

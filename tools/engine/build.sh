@@ -16,6 +16,8 @@
 #   ENGINE_GO_REPLACE   extra "old=new@version" replaces applied to every module built
 #   GPU_CLUSTER_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-cluster)
 set -euo pipefail
+# shellcheck source=tools/gobuild.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gobuild.sh"
 
 PULUMI_VERSION="${PULUMI_VERSION:-3.272.0}"
 COMMAND_VERSION="${PULUMI_COMMAND_VERSION:-1.2.1}"
@@ -26,35 +28,13 @@ CACHE_ROOT="${GPU_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-cluster}"
 ENGINE="$CACHE_ROOT/engine"
 TIMES="$ENGINE/build-times.txt"
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-  PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null 2>&1 || { echo "engine: go is not installed" >&2; exit 1; }
-export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
 
 log() { echo "engine: $*" >&2; }
 die() { log "$*"; exit 1; }
 has() { case " $COMPONENTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-mkdir -p "$ENGINE"
-exec 9>"$ENGINE/.lock"
-flock 9 # one build at a time per cache; a second caller waits, then reuses
-# Left by an interrupted run (never taken for a finished build: those are renamed into place).
-chmod -R u+w "$ENGINE"/.work.* 2>/dev/null || true
-rm -rf "$ENGINE"/.tmp.* "$ENGINE"/.work.*
-
-WORK="$(mktemp -d "$ENGINE/.work.XXXXXX")"
-trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-cd "$WORK" # outside any Go module, whatever the caller's directory
-
-# json FIELD...: read one JSON object on stdin, print the (nested) field or nothing.
-json() {
-  python3 -c 'import json,sys
-v = json.load(sys.stdin)
-for k in sys.argv[1:]:
-    v = v.get(k) if isinstance(v, dict) else None
-print(v if v is not None else "")' "$@"
-}
+gobuild_go
+gobuild_workdir "$ENGINE"
 
 # fetch MODULE VERSION: download a module zip; print its extracted directory.
 fetch() {

@@ -1,0 +1,147 @@
+"""Where each Helm release's pods run (pure, no pulumi).
+
+Every Kubernetes node of the cluster is tainted: the control-plane hosts by kubeadm
+(`node-role.kubernetes.io/control-plane:NoSchedule`), the GPU nodes by the stack
+(`nvidia.com/gpu=present:NoSchedule`). A chart's controller that tolerates neither has no node
+at all. System components therefore go to the control-plane hosts, and node agents
+(DaemonSets) tolerate every taint.
+
+For every component of every chart this table names the values keys that place its pods and the
+chart's own defaults for them (read from each chart's values.yaml at the pinned version), so
+the stack sets only what the chart lacks, and the cluster twin can stand a probe pod in for
+each component with exactly the placement the release would give it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from components.planning.kubeadm import GPU_TAINT
+from components.planning.scheduling import tolerates
+
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+SYSTEM_SELECTOR = {CONTROL_PLANE: ""}
+SYSTEM_TOLERATIONS = [{"key": CONTROL_PLANE, "operator": "Exists", "effect": "NoSchedule"}]
+EVERYWHERE = [{"operator": "Exists"}]  # a node agent: every taint, every effect
+LINUX = {"kubernetes.io/os": "linux"}
+_CP_EQUAL = {"key": CONTROL_PLANE, "operator": "Equal", "value": "", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One workload of a chart: where its placement lives in the values, and the defaults."""
+
+    name: str
+    path: tuple[str, ...]  # values path of the block holding nodeSelector / tolerations
+    runs_on: Literal["system", "every-node"]
+    default_selector: Mapping[str, str] = field(default_factory=dict)
+    default_tolerations: tuple[Mapping[str, str], ...] = ()
+    selector_key: str = "nodeSelector"
+    tolerations_key: str = "tolerations"
+
+
+C = Component
+# release -> its components (charts at the versions Pulumi.prod.yaml pins).
+COMPONENTS: dict[str, tuple[Component, ...]] = {
+    # tigera-operator v3.31: the operator tolerates every taint; calico-node is its own operand.
+    "calico": (C("tigera-operator", (), "system", LINUX,
+                 ({"effect": "NoExecute", "operator": "Exists"},
+                  {"effect": "NoSchedule", "operator": "Exists"})),),
+    "prometheus": (
+        C("operator", ("prometheusOperator",), "system", LINUX),
+        C("operator-webhook-patch", ("prometheusOperator", "admissionWebhooks", "patch"),
+          "system", LINUX),
+        C("prometheus", ("prometheus", "prometheusSpec"), "system"),
+        C("alertmanager", ("alertmanager", "alertmanagerSpec"), "system"),
+        C("grafana", ("grafana",), "system"),
+        C("kube-state-metrics", ("kube-state-metrics",), "system"),
+        C("node-exporter", ("prometheus-node-exporter",), "every-node", LINUX,
+          ({"effect": "NoSchedule", "operator": "Exists"},)),
+    ),
+    "prometheus-adapter": (C("adapter", (), "system"),),
+    "cert-manager": (
+        C("controller", (), "system", LINUX),
+        C("webhook", ("webhook",), "system", LINUX),
+        C("cainjector", ("cainjector",), "system", LINUX),
+        C("startupapicheck", ("startupapicheck",), "system", LINUX),
+    ),
+    "metallb": (
+        C("controller", ("controller",), "system"),
+        # L2 announcements come from the speakers: one on every node that may answer ARP.
+        C("speaker", ("speaker",), "every-node"),
+    ),
+    "ingress-nginx": (
+        C("controller", ("controller",), "system", LINUX),
+        C("webhook-patch", ("controller", "admissionWebhooks", "patch"), "system", LINUX),
+    ),
+    # Network Operator 26.4.1 / GPU Operator v26.3: the operators tolerate the control plane.
+    "network-operator": (
+        C("operator", ("operator",), "system", {}, (
+            {"key": "node-role.kubernetes.io/master", "operator": "Equal", "value": "",
+             "effect": "NoSchedule"}, _CP_EQUAL)),
+        C("nfd-master", ("node-feature-discovery", "master"), "system"),
+        C("nfd-gc", ("node-feature-discovery", "gc"), "system"),
+    ),
+    # (its own Node Feature Discovery is off: the Network Operator's serves both)
+    "gpu-operator": (C("operator", ("operator",), "system", LINUX, (_CP_EQUAL,)),),
+    # Volcano 1.15.1 names its placement keys differently: one default for every component.
+    "volcano": (C("scheduler-controllers-admission", ("custom",), "system",
+                  selector_key="default_ns", tolerations_key="default_tolerations"),),
+}
+
+
+def _dig(values: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any]:
+    node: Any = values
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else {}
+
+
+def _needs(c: Component) -> dict[str, Any]:
+    """What the stack sets for a component: only what its defaults lack."""
+    if c.runs_on == "every-node":
+        wanted = [GPU_TAINT, {"key": CONTROL_PLANE, "value": "", "effect": "NoSchedule"}]
+        if all(tolerates(c.default_tolerations, t) for t in wanted):
+            return {}
+        return {c.tolerations_key: EVERYWHERE}
+    return {c.selector_key: SYSTEM_SELECTOR,
+            c.tolerations_key: [*c.default_tolerations, *SYSTEM_TOLERATIONS]
+            if not any(t.get("key") == CONTROL_PLANE for t in c.default_tolerations)
+            else list(c.default_tolerations)}
+
+
+def _merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(
+            out.get(k), dict) else v
+    return out
+
+
+def placement_values(release: str) -> dict[str, Any]:
+    """The values that give every component of `release` a node."""
+    out: dict[str, Any] = {}
+    for c in COMPONENTS.get(release, ()):
+        block: dict[str, Any] = _needs(c)
+        for key in reversed(c.path):
+            block = {key: block}
+        out = _merge(out, block)
+    return out
+
+
+def with_placement(release: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    return _merge(dict(values), placement_values(release))
+
+
+def probes(release: str, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """component -> the placement part of its pod spec under `values` (defaults where the
+    values set nothing), for a probe pod standing in for it."""
+    out = {}
+    for c in COMPONENTS.get(release, ()):
+        block = _dig(values, c.path)
+        selector = block.get(c.selector_key, c.default_selector) or {}
+        tolerations = block.get(c.tolerations_key, list(c.default_tolerations)) or []
+        out[c.name] = {"nodeSelector": dict(selector), "tolerations": list(tolerations)}
+    return out

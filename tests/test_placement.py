@@ -1,0 +1,118 @@
+"""Every pod the stack makes or installs has a planned node it can be scheduled on.
+
+Every Kubernetes node is tainted (kubeadm's control-plane taint, the stack's GPU taint), so a
+chart controller without tolerations has no node at all. The nodes are the ones the stack plans
+(`components/planning/nodes.py`); the filters are the scheduler's taint/toleration, nodeSelector
+and required-affinity rules; the charts' defaults are their values.yaml at the pinned versions.
+The cluster twin (`tests/test_twin.py`) runs the same question through the real kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from conftest import REPO, prod_raw
+
+from components.config import Cluster, validate_cluster
+from components.planning import nodes, platform, release_placement, storage, workloads
+from components.planning.scheduling import fits, homes, tolerates
+
+
+@functools.cache
+def prod() -> Cluster:
+    return validate_cluster(prod_raw(), REPO)
+
+
+def planned() -> list[nodes.PlannedNode]:
+    return nodes.planned_nodes(prod())
+
+
+def by_role(role: str) -> set[str]:
+    return {n.name for n in planned() if n.role == role}
+
+
+RELEASES = {r.name: r for r in platform.helm_releases(prod())}
+CASES = [(r, c) for r, comps in release_placement.COMPONENTS.items() for c in comps]
+
+
+def test_every_release_has_its_components_listed() -> None:
+    assert set(RELEASES) == set(release_placement.COMPONENTS)
+
+
+@pytest.mark.parametrize("release,component", CASES, ids=[f"{r}-{c.name}" for r, c in CASES])
+def test_every_chart_component_has_a_home(release: str, component) -> None:  # noqa: ANN001
+    spec = release_placement.probes(release, RELEASES[release].values)[component.name]
+    where = set(homes(spec, planned()))
+    if component.runs_on == "system":
+        assert where and where <= by_role("control-plane"), (release, component.name, where)
+    else:
+        assert where == {n.name for n in planned()}, (release, component.name, where)
+
+
+def test_with_the_charts_own_defaults_the_controllers_have_no_node() -> None:
+    """The defect the placement fixes: with only the chart defaults, these have no node."""
+    homeless = sorted(f"{r}/{c.name}" for r, c in CASES
+                      if not homes(release_placement.probes(r, {})[c.name], planned()))
+    assert {"cert-manager/controller", "cert-manager/webhook", "ingress-nginx/controller",
+            "metallb/controller", "prometheus/prometheus", "prometheus-adapter/adapter",
+            "volcano/scheduler-controllers-admission"} <= set(homeless)
+    assert "calico/tigera-operator" not in homeless  # tolerates every taint by default
+
+
+def test_the_planned_nodes_are_tainted_as_kubeadm_and_the_stack_taint_them() -> None:
+    cp, gpu = by_role("control-plane"), by_role("gpu-worker")
+    assert cp == {"mgmt-01"} and len(gpu) == 8
+    for n in planned():
+        assert len(n.taints) == 1
+        assert n.taints[0]["key"] == ("node-role.kubernetes.io/control-plane"
+                                      if n.role == "control-plane" else "nvidia.com/gpu")
+    gpu0 = next(n for n in planned() if n.name == "gpu-node-00")
+    assert gpu0.allocatable["nvidia.com/gpu"] == "8" and gpu0.allocatable["rdma/ib"] == "63"
+    assert gpu0.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def _pod_specs(obj: dict) -> list[dict]:
+    spec = obj.get("spec", {})
+    if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+        return [spec["template"]["spec"]]
+    if obj["kind"] in ("PyTorchJob", "MPIJob"):
+        replicas = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs") or {}
+        return [r["template"]["spec"] for r in replicas.values()]
+    return []
+
+
+def test_every_rendered_pod_template_has_a_home() -> None:
+    c = prod()
+    objs = storage.csi_driver_objects(c) + [o for j in c.workloads.training
+                                            for o in workloads.training_objects(c, j)]
+    objs += [o for s in c.workloads.inference for o in workloads.inference_objects(c, s)]
+    if c.workloads.nccl_test is not None:
+        objs.append(workloads.nccl_test_mpijob(c, c.workloads.nccl_test))
+    specs = [(o["metadata"]["name"], s) for o in objs for s in _pod_specs(o)]
+    assert len(specs) >= 6
+    for name, spec in specs:
+        where = set(homes(spec, planned()))
+        assert where, name
+        if spec.get("schedulerName") == "volcano" or "nvidia.com/gpu" in str(spec):
+            assert where <= by_role("gpu-worker"), name
+
+
+def test_the_filters_follow_kubernetes_matching_rules() -> None:
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    assert tolerates([{"operator": "Exists"}], taint)
+    assert tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], taint)
+    assert tolerates([{"key": "nvidia.com/gpu", "value": "present"}], taint)  # Equal default
+    assert not tolerates([{"key": "nvidia.com/gpu", "value": "absent"}], taint)
+    assert not tolerates([{"key": "nvidia.com/gpu", "operator": "Exists",
+                           "effect": "NoExecute"}], taint)
+    assert not tolerates([{"key": "", "operator": "Equal"}], taint)
+    gpu0 = next(n for n in planned() if n.name == "gpu-node-00")
+    ok = {"tolerations": [{"operator": "Exists"}],
+          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+              "nodeSelectorTerms": [{"matchExpressions": [
+                  {"key": "gpucluster.io/su", "operator": "In", "values": ["su1"]}]}]}}}}
+    assert fits(ok, gpu0)
+    ok["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ["su2"]
+    assert not fits(ok, gpu0)
