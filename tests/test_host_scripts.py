@@ -464,3 +464,13 @@ def test_a_failed_follow_up_action_is_retried_on_the_next_run(
     retry = ok(sb.run(script(GPU, "prepare-host.sh")))
     assert retry.count(*call) == 1, retry.explain()
     assert ok(sb.run(script(GPU, "prepare-host.sh"))).count(*call) == 0
+
+
+def test_kubelets_serve_without_a_csr_nobody_approves() -> None:
+    """kube-controller-manager signs kubelet client certificates but never approves a
+    kubelet-serving CSR; with serverTLSBootstrap and no approver, `kubectl logs/exec` fail.
+    The stack deploys no approver, so every kubelet the init and the uploads configure keeps
+    its self-signed serving certificate."""
+    assert kubeadm.kubelet_configuration(CLUSTER)["serverTLSBootstrap"] is False
+    for name in ("kubeadm-init.sh", "kubelet-config.sh"):
+        assert "serverTLSBootstrap: false" in script(CP, name)

@@ -448,3 +448,12 @@ def test_platform_choices_the_stack_cannot_honour_are_config_errors(raw, path, v
     problems = info.value.problems
     assert [p.path for p in problems] == [".".join(path)]
     assert says in str(info.value)
+
+
+def test_calico_finds_each_node_on_the_management_network(raw) -> None:  # noqa: ANN001
+    """GPU nodes carry eight IPoIB rails besides their management port: Calico's default
+    first-found autodetection may pick a rail for the VXLAN overlay."""
+    calico = next(r for r in platform.helm_releases(prod()) if r.name == "calico")
+    detect = calico.values["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]
+    assert detect == {"cidrs": [raw["network"]["managementCidr"]]}
+    assert all(n.management_ip in prod().network.management_cidr for n in prod().nodes)

@@ -115,7 +115,11 @@ def kubelet_configuration(cluster: Cluster) -> dict:
         "kubeReserved": {"cpu": kl.kube_reserved_cpu, "memory": kl.kube_reserved_memory},
         "evictionHard": {"memory.available": "2Gi", "nodefs.available": "10%"},
         "maxPods": kl.max_pods,
-        "serverTLSBootstrap": True,
+        # The kubelet serves with its own self-signed certificate. With serverTLSBootstrap it
+        # would ask for a CA-signed one by CSR, which kube-controller-manager never approves
+        # (kubelet-serving CSRs need a human or a third-party approver): no serving certificate,
+        # and `kubectl logs/exec` — the MPIJob launcher's exec included — would fail.
+        "serverTLSBootstrap": False,
         "failSwapOn": True,
     }
 

@@ -116,6 +116,9 @@ def _releases(cluster: Cluster) -> list[Release]:
                 "cni": {"type": "Calico"},
                 "calicoNetwork": {
                     "bgp": "Disabled",
+                    # GPU nodes are multi-homed (management Ethernet plus eight IPoIB rails): the
+                    # default first-found address could put the VXLAN overlay on a rail.
+                    "nodeAddressAutodetectionV4": {"cidrs": [str(cluster.network.management_cidr)]},
                     "ipPools": [{"cidr": str(k.pod_cidr), "encapsulation": "VXLAN",
                                  "natOutgoing": "Enabled", "nodeSelector": "all()"}],
                 },
