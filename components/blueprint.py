@@ -218,6 +218,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             network_attachments=platform.network_attachments(
                 cluster, platform.training_namespaces(cluster)),
             training_operator_dir=platform.TRAINING_OPERATOR_DIR,
+            priority_classes=platform.priority_classes(),
         ), pulumi.ResourceOptions(depends_on=after_kube))
 
         # storage

@@ -3,6 +3,7 @@ pulumi-kubernetes resources."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pulumi
@@ -21,6 +22,7 @@ KINDS: dict[tuple[str, str], Any] = {
     ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
+    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
 }
 
 
@@ -54,4 +56,7 @@ def apply(manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource
         return k8s.apiextensions.CustomResource(
             resource_name(manifest), api_version=api, kind=kind, opts=opts, **body
         )
-    return cls(resource_name(manifest), opts=opts, **body)
+    # Typed classes take snake_case arguments for the object's top-level fields
+    # (PriorityClass.preemptionPolicy -> preemption_policy); nested values stay as they are.
+    return cls(resource_name(manifest), opts=opts,
+               **{re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower(): v for k, v in body.items()})

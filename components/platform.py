@@ -21,6 +21,7 @@ class PlatformArgs:
     # names another in `after` waits for these too (e.g. ingress-nginx for MetalLB's pool).
     release_objects: dict[str, list[dict]]
     network_attachments: list[dict]
+    priority_classes: list[dict]
     training_operator_dir: str  # our kustomization (upstream overlay + gang-scheduling patch)
 
 
@@ -32,6 +33,8 @@ class Platform(pulumi.ComponentResource):
         self.namespaces = {
             ns["metadata"]["name"]: apply(ns, child) for ns in args.namespaces
         }
+        # Before any workload: a pod naming a class that does not exist is refused at admission.
+        self.priority_classes = [apply(pc, child) for pc in args.priority_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}
         self.objects: dict[str, list[pulumi.CustomResource]] = {}
         for rel in args.releases:

@@ -116,3 +116,21 @@ def test_the_filters_follow_kubernetes_matching_rules() -> None:
     ok["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ["su2"]
     assert not fits(ok, gpu0)
+
+
+def test_every_gpu_pod_names_a_priority_class_the_stack_creates() -> None:
+    """Serving outranks training; training never preempts (a preempted rank stalls its gang).
+    A pod naming a class that does not exist is refused at admission (the twin checks that
+    with the real API server)."""
+    c = prod()
+    classes = {pc["metadata"]["name"]: pc for pc in platform.priority_classes()}
+    training = [o for j in c.workloads.training for o in workloads.training_objects(c, j)]
+    training.append(workloads.nccl_test_mpijob(c, c.workloads.nccl_test))
+    inference = [o for s in c.workloads.inference for o in workloads.inference_objects(c, s)]
+    for objs, name in ((training, platform.TRAINING_PRIORITY),
+                       (inference, platform.INFERENCE_PRIORITY)):
+        specs = [s for o in objs for s in _pod_specs(o)]  # MPI launchers are gang members too
+        assert specs and all(s["priorityClassName"] == name for s in specs)
+    assert classes[platform.INFERENCE_PRIORITY]["value"] > classes[platform.TRAINING_PRIORITY][
+        "value"]
+    assert classes[platform.TRAINING_PRIORITY]["preemptionPolicy"] == "Never"

@@ -295,8 +295,12 @@ def test_network_operator_images_are_the_releases_own(build):
     parts = [spec["rdmaSharedDevicePlugin"], spec["nvIpam"], *spec["secondaryNetwork"].values()]
     assert {p["version"] for p in parts} == {tag}
     assert {p["repository"] for p in parts} == {"nvcr.io/nvidia/mellanox"}
-    # The DOCA-OFED container NVIDIA lists for the 26.4 releases.
-    assert spec["ofedDriver"]["version"] == "doca3.4.0-26.04-0.8.6.0-0"
+    # The DOCA-OFED driver container NVIDIA lists for Network Operator v26.4.1 (the release's
+    # container image list: nvcr.io/nvidia/mellanox/doca-driver doca3.4.1-26.04-1.1.0.0-1);
+    # doca3.4.0-26.04-0.8.6.0-0 is 26.4.0's.
+    assert spec["ofedDriver"]["version"] == "doca3.4.1-26.04-1.1.0.0-1"
+    assert (spec["ofedDriver"]["image"], spec["ofedDriver"]["repository"]) == (
+        "doca-driver", "nvcr.io/nvidia/mellanox")
 
 
 def test_ip_pool_must_hold_a_block_per_node(raw):

@@ -71,6 +71,11 @@ def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twi
     # The Training Operator (its real manifests, the stack's kustomization) on the control plane.
     operator = [node for key, node in placed.items() if key.startswith("kubeflow/training-op")]
     assert operator == ["mgmt-01"], placed
+    # The vLLM replicas were admitted (their PriorityClass exists) and wait for Volcano.
+    serving = [p for p in pods if p["metadata"]["namespace"] == "inference"]
+    assert len(serving) == 2 and {p["spec"]["priority"] for p in serving} == {100000}
+    assert sorted(report["notJudged"]) == sorted(
+        f"inference/{p['metadata']['name']}" for p in serving)
     # The Lustre CSI node plugin runs on every GPU node and nowhere else.
     csi = sorted(node for key, node in placed.items() if "lustre-csi" in key)
     assert csi == [f"gpu-node-{i:02d}" for i in range(8)]

@@ -25,7 +25,8 @@ from components.planning.release_placement import with_placement
 NETWORK_OPERATOR_IMAGES: dict[str, dict[str, str]] = {
     "26.4.1": {
         "repository": "nvcr.io/nvidia/mellanox",
-        "doca_driver": "doca3.4.0-26.04-0.8.6.0-0",
+        # The release's container image list (26.4.0 shipped doca3.4.0-26.04-0.8.6.0-0).
+        "doca_driver": "doca3.4.1-26.04-1.1.0.0-1",
         "components": "network-operator-v26.4.1",
     },
 }
@@ -327,6 +328,27 @@ def namespace(name: str, enforce: str, audit: str, reason: str) -> dict:
             "annotations": {f"{LABEL_PREFIX}/pod-security": reason},
         },
     }
+
+
+# Pod priorities: serving keeps its GPUs; training and the fabric acceptance test wait for free
+# GPUs and never preempt anything (a preempted rank would stall its whole NCCL gang).
+TRAINING_PRIORITY = "gpu-training"
+INFERENCE_PRIORITY = "gpu-inference"
+
+
+def priority_classes() -> list[dict]:
+    def pc(name: str, value: int, preemption: str, description: str) -> dict:
+        return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value, "preemptionPolicy": preemption,
+                "globalDefault": False, "description": description}
+
+    return [
+        pc(INFERENCE_PRIORITY, 100000, "PreemptLowerPriority",
+           "vLLM serving: keeps its GPUs while training waits"),
+        pc(TRAINING_PRIORITY, 10000, "Never",
+           "multi-node training and the NCCL acceptance test: wait for free GPUs, never "
+           "preempt (a preempted rank stalls the whole gang)"),
+    ]
 
 
 def namespaces(cluster: Cluster) -> list[dict]:

@@ -150,6 +150,7 @@ def _gpu_pod_spec(cluster: Cluster, containers: list[dict], volumes: list[dict],
                   affinity: dict | None) -> dict:
     spec: dict[str, Any] = {
         "schedulerName": VOLCANO,
+        "priorityClassName": platform.TRAINING_PRIORITY,
         "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
         "tolerations": [platform.gpu_toleration()],
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -268,6 +269,7 @@ def _launcher(image: str, command: str, env: list[dict]) -> dict:
         "metadata": {"annotations": {EXCEPTIONS_ANNOTATION: json.dumps(LAUNCHER_EXCEPTIONS)}},
         "spec": {
             "schedulerName": VOLCANO,
+            "priorityClassName": platform.TRAINING_PRIORITY,  # a member of the job's gang
             "tolerations": [platform.gpu_toleration()],
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
@@ -475,6 +477,7 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
     a = svc.autoscaling
     pod_spec = {
         "schedulerName": VOLCANO,  # one scheduler for every GPU pod; the inference queue
+        "priorityClassName": platform.INFERENCE_PRIORITY,
         "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
         "tolerations": [platform.gpu_toleration()],
         "securityContext": {"runAsNonRoot": True, "runAsUser": VLLM_UID,
