@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .model import LAYERS, PHYSICAL_LAYERS, STACK_LAYER, layer_order
+from .normalize import REVEAL_IN_SECRET
 
 try:  # libyaml: parsing thousands of rendered files stays fast
     _Loader: type = yaml.CSafeLoader
@@ -83,14 +84,15 @@ REPLACE_RULES: dict[str, tuple[str, ...]] = {
     "command:local:Command": ("triggers",),
 }
 
-# Inputs a provider SDK makes secret as a whole (pulumi-command: `Output.secret(connection)`):
-# the CLI diff shows only that the input changed, as `[secret]`. The offline diff reports the
-# same single path and, under it, the fields that changed (host, port, user, host key).
-SECRET_INPUTS: dict[str, str] = {
-    "command:remote:Command": "connection",
-    "command:remote:CopyToRemote": "connection",
-}
+# Inputs a provider SDK makes secret as a whole (normalize.REVEAL_IN_SECRET; pulumi-command:
+# `Output.secret(connection)`): the CLI diff shows only that the input changed, as `[secret]`.
+# The offline diff reports the same single path and, under it, the fields that changed.
 SECRET_NOTE = "(`pulumi preview` shows [secret])"
+
+
+def _secret_input(type_: str) -> str | None:
+    return next((key for prefix, fields in REVEAL_IN_SECRET.items()
+                 if type_.startswith(prefix) for key in fields), None)
 
 
 def _immutable_data(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
@@ -218,7 +220,7 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if not paths and not opt_paths:
         return None
     texts: dict[str, list[str]] = {}
-    secret = SECRET_INPUTS.get(type_)
+    secret = _secret_input(type_)
     inside = [p for p in paths if secret and split_path(p)[0] == secret]
     if inside:
         texts[secret] = [SECRET_NOTE] + [

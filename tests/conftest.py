@@ -198,10 +198,13 @@ def offline_run() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_offline
 
 
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
+def copy_repo(dst: Path) -> Path:
     """A copy of this repository without build/, rendered/ or .git, to preview changes in."""
-    dst = tmp_path / "gpu-cluster"
-    shutil.copytree(REPO, dst, ignore=shutil.ignore_patterns(
+    shutil.copytree(REPO, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
         ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", "rendered"))
     return dst
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    return copy_repo(tmp_path / "gpu-cluster")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, run_offline
+from conftest import REPO, copy_repo, run_offline
 
 KEY = "gpu-cluster:cluster"
 Change = Callable[[dict[str, Any]], None]
@@ -47,7 +47,7 @@ def plan_of(project: Path, stack: str = "prod") -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def prod_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The unchanged prod stack previewed (exit 0: no mandatory violation)."""
-    project = _copy(tmp_path_factory.mktemp("prod"))
+    project = copy_repo(tmp_path_factory.mktemp("prod"))
     proc = run_offline(project, "preview", "--stack", "prod")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return project
@@ -58,16 +58,9 @@ def prod(prod_project: Path) -> list[dict[str, Any]]:
     return plan_of(prod_project)
 
 
-def _copy(root: Path) -> Path:
-    import shutil
-    shutil.copytree(REPO, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-        ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", "rendered"))
-    return root
-
-
 @pytest.fixture(scope="module")
 def shared_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _copy(tmp_path_factory.mktemp("repo"))
+    return copy_repo(tmp_path_factory.mktemp("repo"))
 
 
 # ---------------------------------------------------------------- 1. errors exit 2, no traceback
@@ -288,7 +281,7 @@ def test_the_provider_is_pinned_to_the_cluster_and_never_drops_state(tmp_path: P
     the input is unset) must not reach the provider; `clusterIdentifier` keeps the provider
     (and every Kubernetes object with it) from being replaced when its kubeconfig is unknown
     at preview, e.g. after a rotated SSH key re-runs the command that reads it."""
-    project = _copy(tmp_path / "repo")
+    project = copy_repo(tmp_path / "repo")
     env = {**os.environ, "PYTHONPATH": str(REPO), "PULUMI_K8S_DELETE_UNREACHABLE": "true"}
     proc = subprocess.run([sys.executable, "-m", "offline", "preview", "--project-dir",
                            str(project), "--quiet"], cwd=REPO, env=env, capture_output=True,
@@ -310,7 +303,7 @@ def test_a_split_stack_without_the_core_kubeconfig_fails_instead_of_using_the_ru
     """A missing stack output is None with get_output, and a provider without a kubeconfig
     reads $KUBECONFIG / ~/.kube/config: the platform would be applied to whatever cluster the
     runner points at. require_output fails the preview instead."""
-    project = _copy(tmp_path / "repo")
+    project = copy_repo(tmp_path / "repo")
     core = "organization/gpu-cluster/site-core"
     write_stack(project, "site-platform", put("split", {"part": "platform",
                                                         "kubernetesStack": core}))
@@ -341,7 +334,7 @@ def test_a_changed_host_address_is_an_update_that_runs_create_on_the_new_host(
     """pulumi-command 1.2 marks only `triggers` replace-on-change: a new connection.host is an
     update, `create` runs on the new host and `delete` never on the old one; the CLI shows the
     connection only as [secret]."""
-    project = _copy(tmp_path / "repo")
+    project = copy_repo(tmp_path / "repo")
     proc = run_offline(project, "preview", "--render", "--quiet")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     write_stack(project, "prod", put("gpuNodes.overrides", {

@@ -2,7 +2,7 @@
 
 Exit 0 when the API server accepted every object and every pod the default scheduler owns has a
 node; 1 otherwise; 2 when the twin cannot start (binaries missing: `make k8s-tools`).
-Writes build/twin/: pods.json, nodes.json, events.txt, report.json and the components' logs.
+Writes build/twin/: pods.json, nodes.json, events.txt, report.json and logs/ (each component's).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from components.config import validate_cluster
@@ -55,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = json.loads(load_stack_config(REPO, args.stack).config["gpu-cluster:cluster"])
     cluster = validate_cluster(raw, REPO)
-    work = args.out / "control-plane"
     shutil.rmtree(args.out, ignore_errors=True)
+    # The control plane's keys, certificates and etcd data stay in a scratch directory, never
+    # under build/; only the components' logs are kept.
+    work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
     report = TwinReport(stand_ins=[
         "every host: a KWOK node with the planned labels, taints and allocatable resources",
         "Volcano: not built (the module proxy does not serve volcano.sh/apis), so pods for "
@@ -72,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except ControlPlaneError as err:
         print(f"twin: {err}", file=sys.stderr)
         return 2
+    finally:
+        logs = args.out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in work.glob("*.log"):
+            shutil.copy(log, logs / log.name)
+        shutil.rmtree(work, ignore_errors=True)
     for line in report.lines():
         print(line)
     print(f"Wrote {args.out}/")

@@ -117,9 +117,7 @@ class ControlPlane:
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{free_port()}"])
-        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default",
-                                           check=False).returncode == 0,
-                      "the controller manager to create the default service account", 60)
+        self.wait_for_service_account("default")
 
     def stop(self) -> None:
         for _name, proc in reversed(self.procs):
@@ -147,6 +145,13 @@ class ControlPlane:
                 return
             time.sleep(0.5)
         raise ControlPlaneError(f"timed out after {timeout:g}s waiting for {what}")
+
+    def wait_for_service_account(self, namespace: str) -> None:
+        """Pods are admitted only once the controller manager created the namespace's
+        `default` service account."""
+        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", namespace,
+                                           check=False).returncode == 0,
+                      f"the default service account of {namespace}", 60)
 
     def wait_ready(self) -> None:
         self.wait_for(lambda: self.kubectl("get", "--raw", "/readyz",

@@ -75,10 +75,12 @@ def crd_files(shared: Path, kinds: Iterable[tuple[str, str]]) -> list[Path]:
                    if k in validate_manifests.CRDS})
 
 
-def _apply(cp: ControlPlane, obj: Mapping[str, Any]) -> str | None:
+def _submit(cp: ControlPlane, obj: Mapping[str, Any], report: TwinReport) -> None:
+    """Server-side apply; the API server's refusal, if any, goes into the report."""
     proc = cp.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=twin",
                       "-f", "-", stdin=yaml.safe_dump(dict(obj)), check=False)
-    return None if proc.returncode == 0 else proc.stderr.strip()
+    if proc.returncode != 0:
+        report.rejected[_key(obj)] = proc.stderr.strip()
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -119,20 +121,11 @@ def apply_stack(cp: ControlPlane, build: Path, shared: Path, nodes: list[Planned
         cp.kubectl("create", "namespace", ns, check=False)
     # Namespaces first, as a chart or `pulumi up` would order them.
     for m in sorted(manifests, key=lambda m: m["kind"] != "Namespace"):
-        reason = _apply(cp, m)
-        if reason:
-            report.rejected[_key(m)] = reason
+        _submit(cp, m, report)
     for doc in releases:
-        ns = doc["namespace"]
-        # Pods are admitted only once the namespace's default service account exists.
-        cp.wait_for(lambda ns=ns: cp.kubectl("get", "serviceaccount", "default", "-n", ns,
-                                             check=False).returncode == 0,
-                    f"the default service account of {ns}", 60)
+        cp.wait_for_service_account(doc["namespace"])
         for component, placement in probes(doc["name"], doc["values"]).items():
-            pod = probe_pod(doc["name"], component, doc["namespace"], placement)
-            reason = _apply(cp, pod)
-            if reason:
-                report.rejected[_key(pod)] = reason
+            _submit(cp, probe_pod(doc["name"], component, doc["namespace"], placement), report)
         report.stand_ins.append(f"Helm release {doc['name']} ({doc['chart']} "
                                 f"{doc['version']}): probe pods with its placement values")
 
@@ -155,11 +148,8 @@ def training_operator(cp: ControlPlane, kustomization: str, version: str, work: 
     (root / "kustomization.yaml").write_text(kustomization.replace(
         remote.group(1), remote.group(2)))
     for obj in yaml.safe_load_all(cp.kubectl("kustomize", str(root)).stdout):
-        if obj is None:
-            continue
-        reason = _apply(cp, obj)
-        if reason:
-            report.rejected[_key(obj)] = reason
+        if obj is not None:
+            _submit(cp, obj, report)
     report.stand_ins.append(f"Training Operator {version}: its manifests from the Go module "
                             "(the controller itself does not run)")
 
