@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap openssl
 DISCOVERED ?=
 
-.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin
+.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin e2e
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -54,14 +54,19 @@ engine:
 	bash tools/engine/build.sh
 
 # The cluster twin's control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd,
-# KWOK), built from its Go modules into a cache; prints the bin directory.
+# KWOK, Volcano, the Training Operator), built from their Go modules into a cache; prints the
+# bin directory.
 k8s-tools:
 	bash tools/k8s/build.sh
 
-# The prod rendering applied to the twin: every object to a real API server, every pod to the
-# real scheduler over KWOK nodes of the plan (build/twin/).
-twin: $(VENV)/.installed
+# The prod rendering applied to the twin in `pulumi up` order: every object to a real API
+# server, every pod to the real schedulers (kube-scheduler, Volcano) over KWOK nodes of the
+# plan, and the checks of twin/checks.py (build/twin/).
+twin: $(VENV)/.installed deps k8s-tools
 	$(PY) -m twin --stack $(STACK)
+
+# End to end: what runs without hardware against real engines (today: the cluster twin).
+e2e: twin
 
 clean:
 	rm -rf build $(VENV)

@@ -231,7 +231,22 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     apps: dict[str, Workload] = {}
     if _builds(cluster, "workloads"):
         ready: list[Any] = [r for r in (store, plat) if r is not None]
-        apps = {
+        test = cluster.workloads.nccl_test
+        if test is not None:
+            # The fabric acceptance test runs first and alone, on every GPU node it names:
+            # nccl-tests, checked on the control plane after the MPIJob finishes; a failed
+            # check fails `pulumi up`, and training and serving are created only after it.
+            gate_script = workloads.nccl_gate_script(cluster, test)
+            artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
+            gate = AcceptanceGate(connection=cp.connection, script=gate_script,
+                                  depends_on=[kube.init] if kube and kube.init else []) \
+                if test.gate else None
+            apps[test.name] = Workload(test.name, WorkloadArgs(
+                provider=provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
+                depends_on=ready, gate=gate))
+            if apps[test.name].gate is not None:
+                ready = [*ready, apps[test.name].gate]
+        apps |= {
             job.name: Workload(job.name, WorkloadArgs(
                 provider=provider, manifests=workloads.training_objects(cluster, job),
                 depends_on=ready))
@@ -243,18 +258,6 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                 depends_on=ready))
             for svc in cluster.workloads.inference
         }
-        test = cluster.workloads.nccl_test
-        if test is not None:
-            # The fabric acceptance test: nccl-tests over the GPU nodes, checked on the control
-            # plane after the MPIJob finishes; a failed check fails `pulumi up`.
-            gate_script = workloads.nccl_gate_script(cluster, test)
-            artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
-            gate = AcceptanceGate(connection=cp.connection, script=gate_script,
-                                  depends_on=[kube.init] if kube and kube.init else []) \
-                if test.gate else None
-            apps[test.name] = Workload(test.name, WorkloadArgs(
-                provider=provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
-                depends_on=ready, gate=gate))
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())))
 

@@ -349,6 +349,15 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                           "an MPIJob has a fixed world size (mpirun -np)",
                           "drop elasticMinNodes or use launcher: pytorchjob")
     yield from _checkpoint_problems(c)
+    gpu_op = c.platform.gpu_operator
+    if gpu_op.driver == "operator" and gpu_op.driver_version is None:
+        yield Problem("platform.gpuOperator.driverVersion", None,
+                      "is unset: the driver would follow the chart's default, so a chart "
+                      "upgrade would also replace the GPU driver on every node",
+                      "pin the driver the cluster was qualified with, e.g. driverVersion: "
+                      '"580.95.05"')
+    yield from _script_problems(c)
+    yield from _capacity_problems(c, len(nodes))
     nt = c.workloads.nccl_test
     if nt is not None:
         if nt.min_efficiency < MIN_NCCL_EFFICIENCY:
@@ -476,3 +485,54 @@ def _checkpoint_problems(c: Cluster) -> Iterator[Problem]:
                           "put checkpoints under a mount of their own, e.g. /checkpoints/"
                           f"{j.name}")
 
+
+# Images that carry no training script of the cluster's own: the script must come from a
+# mounted file system (NGC's PyTorch container has only NVIDIA's examples under /workspace).
+STOCK_TRAINING_IMAGES = ("nvcr.io/nvidia/pytorch:",)
+
+
+def _script_problems(c: Cluster) -> Iterator[Problem]:
+    from components.planning.workloads import mount_root
+
+    for i, j in enumerate(c.workloads.training):
+        mounts = sorted({mount_root(j.dataset_path), mount_root(j.checkpoint_path)})
+        if j.image.startswith(STOCK_TRAINING_IMAGES) and mount_root(j.script) not in mounts:
+            yield Problem(f"workloads.training[{i}].script", j.script,
+                          f"is in neither the stock image {j.image} nor a file system the job "
+                          f"mounts ({', '.join(mounts)}): torchrun would exit with "
+                          "'No such file or directory' on every node",
+                          f"put the script on the dataset file system (e.g. {mounts[-1]}/code/"
+                          "train.py) or set image to a build of your own that contains it")
+
+
+def _capacity_problems(c: Cluster, nodes: int) -> Iterator[Problem]:
+    """Training and serving run at once after the acceptance test: training takes whole nodes,
+    each serving replica a node of its own (anti-affinity; rollouts replace in place)."""
+    training = c.workloads.training
+    serving = c.workloads.inference
+    train_nodes = sum(j.nodes for j in training)
+    gpus = c.gpu_nodes.template.gpu.count
+    # A job or service that alone does not fit is reported by its own check.
+    if not serving or any(j.nodes > nodes for j in training) or any(
+            x.autoscaling.max_replicas * x.gpus_per_pod > nodes * gpus for x in serving):
+        return
+    widest = max(range(len(serving)), key=lambda i: serving[i].autoscaling.max_replicas)
+    s = serving[widest]
+    need = s.autoscaling.max_replicas
+    if train_nodes + need > nodes:
+        yield Problem(f"workloads.inference[{widest}].autoscaling.maxReplicas",
+                      s.autoscaling.max_replicas,
+                      f"{s.name} needs {need} nodes of its own (one replica per node) beside "
+                      f"the {train_nodes} nodes training takes: {train_nodes + need} > {nodes} "
+                      "GPU nodes, so its last replicas would wait forever",
+                      f"lower maxReplicas to {max(nodes - train_nodes, 0)} or train on "
+                      "fewer nodes")
+        return
+    train_gpus = sum(j.nodes * j.gpus_per_node for j in training)
+    serve_gpus = sum(x.autoscaling.max_replicas * x.gpus_per_pod for x in serving)
+    if train_gpus + serve_gpus > nodes * gpus:
+        yield Problem(f"workloads.inference[{widest}].autoscaling.maxReplicas",
+                      s.autoscaling.max_replicas,
+                      f"training ({train_gpus} GPUs) and serving at its maximum "
+                      f"({serve_gpus} GPUs) exceed the cluster's {nodes * gpus} GPUs",
+                      "lower maxReplicas or train on fewer nodes")

@@ -71,7 +71,7 @@ def test_adding_one_node(project: Path, slots: int, su: int) -> None:
     # A full SU has one leaf per rail: the new node's eight cables land on eight leaves.
     leaves = {f"leaf-su{su}-r{r}-config" for r in range(8)}
     assert got["update"] == leaves | {"sm-01-opensm", "sm-02-opensm", "fabric",
-                                      f"hypernode-su{su}", "queue-training"}
+                                      f"hypernode-su{su}", "queue-acceptance"}
     assert got["replace"] == NCCL
 
 

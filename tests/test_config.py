@@ -331,10 +331,10 @@ BAD_INPUTS = [
     bad("training-more-nodes-than-the-cluster",
         setting(f"{TRAIN}.nodes", 16, f"{TRAIN}.dataParallel", 16),
         f"{TRAIN}.nodes", ("16",), ("8 GPU nodes",)),
-    bad("training-tp-pp-dp-not-the-gpu-count", setting(f"{TRAIN}.dataParallel", 4),
-        f"{TRAIN}.dataParallel", ("got 4)",), ("64",)),
+    bad("training-tp-pp-dp-not-the-gpu-count", setting(f"{TRAIN}.dataParallel", 8),
+        f"{TRAIN}.dataParallel", ("got 8)",), ("32",)),
     bad("training-tp-across-nodes",
-        setting(f"{TRAIN}.tensorParallel", 16, f"{TRAIN}.dataParallel", 4),
+        setting(f"{TRAIN}.tensorParallel", 16, f"{TRAIN}.dataParallel", 2),
         f"{TRAIN}.tensorParallel", ("16",), ("<= 8",)),
     bad("training-on-half-nodes",
         setting(f"{TRAIN}.gpusPerNode", 4, f"{TRAIN}.tensorParallel", 4),
@@ -348,11 +348,30 @@ BAD_INPUTS = [
         f"{INFER}.autoscaling.maxReplicas", ("17",), ("64",)),
     bad("inference-one-replica-in-production", setting(f"{INFER}.autoscaling.minReplicas", 1),
         f"{INFER}.autoscaling.minReplicas", ("got 1)",), ("production",)),
-    bad("inference-min-replicas-above-max", setting(f"{INFER}.autoscaling.minReplicas", 7),
-        f"{INFER}.autoscaling.minReplicas", ("got 7)",), ("maxReplicas 6",)),
+    bad("inference-min-replicas-above-max", setting(f"{INFER}.autoscaling.minReplicas", 4),
+        f"{INFER}.autoscaling.minReplicas", ("got 4)",), ("maxReplicas 3",)),
     bad("inference-gpu-memory-utilization-0.99", setting(f"{INFER}.gpuMemoryUtilization", 0.99),
         f"{INFER}.gpuMemoryUtilization", ("0.99",)),
+    # Capacity after the acceptance test: 4 training nodes + one node per serving replica.
+    bad("serving-and-training-need-more-nodes", setting(f"{INFER}.autoscaling.maxReplicas", 5),
+        f"{INFER}.autoscaling.maxReplicas", ("got 5)",), ("9 > 8 GPU nodes", "maxReplicas to 4")),
+    bad("training-script-in-the-stock-image", setting(f"{TRAIN}.script", "/workspace/train.py"),
+        f"{TRAIN}.script", ("/workspace/train.py",), ("No such file", "/data/code/train.py")),
+    bad("gpu-driver-follows-the-chart", setting("platform.gpuOperator.driverVersion", None),
+        "platform.gpuOperator.driverVersion", ("got None)",), ("every node",)),
 ]
+
+
+def test_capacity_near_miss_every_gpu_node_in_use(prod):
+    """4 training nodes + 4 serving replicas fill the 8 GPU nodes exactly: valid."""
+    mutate(prod, f"{INFER}.autoscaling.maxReplicas", 4)
+    validate(prod)
+
+
+def test_a_script_of_your_own_image_is_trusted(prod):
+    mutate(prod, f"{TRAIN}.image", "registry.local:5000/llama-pretrain:1.4.0")
+    mutate(prod, f"{TRAIN}.script", "/workspace/train.py")
+    validate(prod)
 
 
 @pytest.mark.parametrize(("change", "path", "shown", "says"), BAD_INPUTS)

@@ -224,6 +224,26 @@ def test_nothing_waits_for_a_ready_node_before_the_cni_is_installed(prod) -> Non
     assert {m["urn"] for m in members} <= waits[cni]
 
 
+def test_training_and_serving_wait_for_the_passed_acceptance_gate(prod) -> None:
+    """The NCCL test takes every GPU node; created beside training and serving it would never
+    get them (and would test a fabric already carrying traffic). Under the engine every
+    training and serving object waits for the gate's command, which waits for the test."""
+    waits = _waits_for(prod)
+    gate = next(r for r in prod if r["name"] == "nccl-allreduce-acceptance")
+    test = next(r["urn"] for r in prod if r["type"] == "kubernetes:kubeflow.org/v1:MPIJob")
+    assert test in waits[gate["urn"]]
+    later = [r for r in prod if r["type"].startswith("kubernetes:")
+             and (r.get("inputs") or {}).get("metadata", {}).get("namespace") in
+             ("training", "inference") and r["urn"] != test]
+    kinds = {r["type"].rsplit(":", 1)[1] for r in later}
+    assert {"PyTorchJob", "Deployment", "HorizontalPodAutoscaler",
+            "PodDisruptionBudget"} <= kinds
+    for r in later:
+        if r["type"].rsplit(":", 1)[1] in ("PyTorchJob", "Deployment"):
+            assert gate["urn"] in waits[r["urn"]], r["name"]
+    assert gate["urn"] not in waits[test]
+
+
 # ---------------------------------------------------------------- 4 + 5. CLI set-up
 
 

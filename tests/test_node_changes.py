@@ -34,10 +34,8 @@ def edit_inventory(project: Path, change: Callable[[list[str]], list[str]]) -> N
 
 
 def seven_nodes(cluster: dict[str, Any]) -> None:
-    """gpu-node-07 leaves; the training job shrinks with it (TP 8 x DP 7 = 56 GPUs)."""
+    """gpu-node-07 leaves; the 4 training nodes and 3 serving replicas still fit in 7."""
     cluster["gpuNodes"]["ranges"][0]["count"] = 7
-    job = cluster["workloads"]["training"][0]
-    job["nodes"], job["dataParallel"], job["elasticMinNodes"] = 7, 7, 7
 
 
 def render_baseline(project: Path) -> None:
@@ -57,13 +55,12 @@ def names(diff: list[dict[str, Any]], action: str) -> set[str]:
 
 # What must change besides the node's own resources when a node joins or leaves: its leaves'
 # port descriptions (and the fabric facts the policies read), both subnet managers' GUID
-# lists, its SU's HyperNode and the training
-# queue's GPU capacity (updates), and the jobs sized by node count, which Kubeflow cannot
-# resize in place and the stack therefore resubmits (replacements). Nothing else.
+# lists, its SU's HyperNode and the acceptance queue's GPU capacity (updates), and the NCCL
+# test over every node, which Kubeflow cannot resize in place and the stack therefore
+# resubmits, its gate with it (replacements). Training keeps its own size. Nothing else.
 SHARED_UPDATES = {"leaf-su1-r0-3-config", "leaf-su1-r4-7-config", "sm-01-opensm", "sm-02-opensm",
-                  "fabric", "hypernode-su1", "queue-training"}
-SIZED_BY_NODE_COUNT = {"pytorchjob-training-llama-70b-pretrain",
-                       "mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
+                  "fabric", "hypernode-su1", "queue-acceptance"}
+SIZED_BY_NODE_COUNT = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
 
 
 def assert_only_shared_changes(diff: list[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
 FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
 LEAF_B = ("command:remote:Command", "leaf-su1-r4-7-config")
 NS = ("kubernetes:core/v1:Namespace", "training")
+QUEUE = ("kubernetes:scheduling.volcano.sh/v1beta1:Queue", "training")
 
 Mutation = Callable[[dict[str, Any]], Any]
 
@@ -169,9 +170,8 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
                                  pkey("training", "0x7ffe")),
     "multinode-whole-gpu-nodes": (
         TRAIN, lambda p: gpus(wc(p), "4"),
-        lambda p: [p["spec"]["pytorchReplicaSpecs"].pop("Worker"),
-                   gpus(p["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-                        ["containers"][0], "4")]),
+        lambda p: [p["spec"]["pytorchReplicaSpecs"]["Worker"].update(replicas=1),
+                   gpus(wc(p), "4")]),
     "dev-shm-memory-emptydir": (
         TRAIN, lambda p: volume(p, "dshm")["emptyDir"].update(sizeLimit="1Gi"),
         lambda p: volume(p, "dshm")["emptyDir"].update(sizeLimit="16Gi")),
@@ -195,8 +195,12 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "nccl-no-debug-knobs": (TRAIN, lambda p: set_env(wc(p), "NCCL_DEBUG", "INFO"),
                             lambda p: set_env(wc(p), "NCCL_DEBUG", "VERSION")),
     "gang-scheduling-min-members": (
-        TRAIN, lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable=4),
-        lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable="8")),
+        TRAIN, lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable=2),
+        lambda p: p["spec"]["runPolicy"]["schedulingPolicy"].update(minAvailable="4")),
+    # The 4-node job needs 32 GPUs at once; the queue capped below that never admits it.
+    "gang-fits-queue": (
+        QUEUE, lambda p: p["spec"]["capability"].update({"nvidia.com/gpu": "24"}),
+        lambda p: p["spec"]["capability"].update({"nvidia.com/gpu": "40"})),
     "training-backoff-bounded": (TRAIN, lambda p: p["spec"]["runPolicy"].pop("backoffLimit"),
                                  lambda p: p["spec"]["runPolicy"].update(backoffLimit=10)),
     "inference-probes": (DEPLOY, lambda p: vllm(p).pop("startupProbe"),

@@ -31,7 +31,7 @@ def first(lines: list[str], needle: str) -> int:
 def test_no_physical_change_no_runbook(project: Path) -> None:
     render_baseline(project)
     edit_stack(project, lambda c: c["workloads"]["inference"][0]["autoscaling"].update(
-        maxReplicas=5))
+        maxReplicas=4))
     assert book(project) == [""]
 
 

@@ -34,23 +34,44 @@ def run_twin(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict, list, list]:
+def twin(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("twin")
     proc = run_twin(out)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    report = json.loads((out / "report.json").read_text())
-    pods = json.loads((out / "pods.json").read_text())
-    nodes = json.loads((out / "nodes.json").read_text())
-    return proc.returncode, proc.stdout, report, pods, nodes
+    read = lambda name: json.loads((out / name).read_text())  # noqa: E731
+    return {"code": proc.returncode, "out": proc.stdout, "report": read("report.json"),
+            "pods": read("pods.json"), "nodes": read("nodes.json"),
+            "podgroups": read("podgroups.json"), "jobs": read("jobs.json")}
+
+
+def mutated(tmp_path: Path, edit) -> dict:  # noqa: ANN001
+    """The prod rendering with one defect put back, applied to a fresh twin."""
+    rendering = tmp_path / "prod"
+    shutil.copytree(REPO / "build" / "prod", rendering)
+    edit(rendering)
+    proc = run_twin(tmp_path / "twin", "--rendering", str(rendering), "--gate-timeout", "60")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return {"code": proc.returncode, "out": proc.stdout,
+            "report": json.loads((tmp_path / "twin" / "report.json").read_text())}
+
+
+def edit_yaml(path: Path, fn) -> None:  # noqa: ANN001
+    doc = yaml.safe_load(path.read_text())
+    fn(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def _on(pods: list, namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods
+            if p["metadata"]["namespace"] == namespace and p["status"].get("phase") == "Running"}
 
 
 def test_the_api_server_accepts_every_rendered_object(twin) -> None:  # noqa: ANN001
-    _, out, report, _, _ = twin
-    assert report["rejected"] == {}, out
+    assert twin["report"]["rejected"] == {}, twin["out"]
 
 
 def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> None:  # noqa: ANN001
-    nodes = {n["metadata"]["name"]: n for n in twin[4]}
+    nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
     assert set(nodes) == {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
     gpu = nodes["gpu-node-03"]
     assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8"
@@ -59,44 +80,155 @@ def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> Non
     assert ready and ready[0]["status"] == "True"  # KWOK keeps the stand-in kubelet ready
 
 
+def test_every_pod_is_bound_and_every_check_holds(twin) -> None:  # noqa: ANN001
+    report = twin["report"]
+    assert report["unscheduled"] == {} and report["failures"] == [], twin["out"]
+    assert twin["code"] == 0, twin["out"]
+
+
 def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twin) -> None:  # noqa: ANN001
-    code, out, report, pods, _ = twin
-    assert report["unscheduled"] == {}, out
+    pods, placed = twin["pods"], twin["report"]["placed"]
     probes = [p for p in pods if "gpucluster.io/twin-probe" in p["metadata"].get("labels", {})]
     assert len(probes) >= 20
-    placed = report["placed"]
     for p in probes:
-        key = f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-        assert key in placed, key
+        assert f"{p['metadata']['namespace']}/{p['metadata']['name']}" in placed
     # The Training Operator (its real manifests, the stack's kustomization) on the control plane.
     operator = [node for key, node in placed.items() if key.startswith("kubeflow/training-op")]
     assert operator == ["mgmt-01"], placed
-    # The vLLM replicas were admitted (their PriorityClass exists) and wait for Volcano.
-    serving = [p for p in pods if p["metadata"]["namespace"] == "inference"]
-    assert len(serving) == 2 and {p["spec"]["priority"] for p in serving} == {100000}
-    assert sorted(report["notJudged"]) == sorted(
-        f"inference/{p['metadata']['name']}" for p in serving)
     # The Lustre CSI node plugin runs on every GPU node and nowhere else.
     csi = sorted(node for key, node in placed.items() if "lustre-csi" in key)
     assert csi == [f"gpu-node-{i:02d}" for i in range(8)]
-    assert code == 0
+
+
+def test_every_gang_is_admitted_by_its_queue_and_runs(twin) -> None:  # noqa: ANN001
+    """Volcano (built from its module, with the stack's scheduler configuration) admitted the
+    PodGroups the Training Operator and Volcano's controller created: the training job's
+    group of 4 whole nodes and the serving replicas'. The NCCL test's group (launcher and 8
+    workers) ran and was deleted by the operator when the test succeeded."""
+    groups = {(g["metadata"]["namespace"], g["spec"]["queue"]): g for g in twin["podgroups"]}
+    assert set(groups) == {("training", "training"), ("inference", "inference")}
+    assert groups[("training", "training")]["spec"]["minMember"] == 4
+    assert groups[("training", "training")]["status"]["phase"] == "Running"
+    assert groups[("inference", "inference")]["status"]["phase"] == "Running"
+    launcher = next(p for p in twin["pods"] if p["metadata"]["name"] == "nccl-allreduce-launcher")
+    assert launcher["status"]["phase"] == "Succeeded"
+    assert launcher["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "nccl-allreduce"
+
+
+def test_the_operator_starts_torchrun_with_the_elastic_c10d_rendezvous(twin) -> None:  # noqa: ANN001
+    """What the real Training Operator gave each worker: torchrun's elastic agent, whose c10d
+    rendezvous restarts every rank when one fails, over exactly 4 nodes."""
+    for p in twin["pods"]:
+        if p["metadata"]["name"].startswith("llama-70b-pretrain-worker-"):
+            env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+            assert env["PET_RDZV_BACKEND"] == "c10d"
+            assert env["PET_NNODES"] == "4:4" and env["PET_MAX_RESTARTS"] == "3"
+            assert "MASTER_ADDR" not in env and "RANK" not in env
+
+
+def test_training_takes_whole_nodes_of_one_su(twin) -> None:  # noqa: ANN001
+    nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
+    workers = {k: v for k, v in _on(twin["pods"], "training").items() if "pretrain" in k}
+    assert len(workers) == 4 and len(set(workers.values())) == 4, workers
+    assert {nodes[n]["metadata"]["labels"]["gpucluster.io/su"] for n in workers.values()} \
+        == {"su1"}
+    # Nothing else holds a GPU on those nodes: each pod takes all 8.
+    for pod in twin["pods"]:
+        if pod["spec"].get("nodeName") in workers.values() and \
+                pod["status"].get("phase") == "Running" and "pretrain" not in \
+                pod["metadata"]["name"]:
+            assert not any(c["resources"].get("requests", {}).get("nvidia.com/gpu")
+                           for c in pod["spec"]["containers"]), pod["metadata"]["name"]
+
+
+def test_serving_replicas_land_on_distinct_nodes_away_from_training(twin) -> None:  # noqa: ANN001
+    serving = _on(twin["pods"], "inference")
+    training = set(_on(twin["pods"], "training").values())
+    assert len(serving) == 2 and len(set(serving.values())) == 2, serving
+    assert not set(serving.values()) & training
+    assert {p["spec"]["priority"] for p in twin["pods"]
+            if p["metadata"]["namespace"] == "inference"} == {100000}
+
+
+def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> None:  # noqa: ANN001
+    jobs = {j["metadata"]["name"]: j for j in twin["jobs"]}
+    done = [c for c in jobs["nccl-allreduce"]["status"]["conditions"]
+            if c["type"] == "Succeeded" and c["status"] == "True"]
+    assert done, jobs["nccl-allreduce"]["status"]
+    finished = done[0]["lastTransitionTime"]
+    for name in ("llama-70b-pretrain",):
+        assert jobs[name]["metadata"]["creationTimestamp"] >= finished
+    # Its workers gave their GPUs back (cleanPodPolicy: Running); the launcher's log stays.
+    left = [p["metadata"]["name"] for p in twin["pods"]
+            if p["metadata"]["name"].startswith("nccl-allreduce")]
+    assert left == ["nccl-allreduce-launcher"], left
+    assert twin["report"]["gates"] == {"nccl-allreduce-acceptance": "Created, Succeeded"}
+
+
+def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) -> None:  # noqa: ANN001
+    seen = twin["report"]["seen"]
+    assert len(seen) == 2 and seen[0].endswith("drained"), seen
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in seen[1], seen
+
+
+def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path) -> None:
+    """Two defects put back: the training queue capped below the job's 32-GPU gang (the 56 <
+    64 defect), and the serving Deployment without its anti-affinity (binpack then stacks
+    two 4-GPU replicas on one node)."""
+    def edit(rendering: Path) -> None:
+        edit_yaml(rendering / "manifests/cluster/queue-training.yaml",
+                  lambda q: q["spec"]["capability"].update({"nvidia.com/gpu": "24"}))
+        edit_yaml(rendering / "manifests/inference/deployment-llama-70b.yaml",
+                  lambda d: d["spec"]["template"]["spec"].pop("affinity"))
+    res = mutated(tmp_path, edit)
+    assert res["code"] == 1, res["out"]
+    failures = "\n".join(res["report"]["failures"])
+    assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
+    assert "Deployment inference/llama-70b: replicas share a node" in failures
+
+
+def test_training_created_beside_the_nccl_test_fails(tmp_path: Path) -> None:
+    """The plan's dependency of training and serving on the acceptance gate removed: all three
+    are created at once, and the acceptance test no longer runs alone."""
+    def edit(rendering: Path) -> None:
+        plan = json.loads((rendering / "plan.json").read_text())
+        gate = next(r["urn"] for r in plan["resources"]
+                    if r["name"] == "nccl-allreduce-acceptance")
+        for r in plan["resources"]:
+            r["options"]["dependsOn"] = [d for d in r["options"]["dependsOn"] if d != gate]
+        (rendering / "plan.json").write_text(json.dumps(plan))
+    res = mutated(tmp_path, edit)
+    assert res["code"] == 1, res["out"]
+    failures = "\n".join(res["report"]["failures"])
+    # Volcano either admits training first (the test then never gets its 8 nodes) or the
+    # test first (training's gang then exists while the fabric is still under test).
+    assert "acceptance job training/nccl-allreduce never finished" in failures or \
+        "before the acceptance test finished" in failures, failures
+
+
+def test_nccl_workers_kept_after_the_test_starve_training(tmp_path: Path) -> None:
+    """cleanPodPolicy None put back: the finished test's 8 workers keep every GPU."""
+    res = mutated(tmp_path, lambda r: edit_yaml(
+        r / "manifests/training/mpijob-nccl-allreduce.yaml",
+        lambda j: j["spec"]["runPolicy"].update({"cleanPodPolicy": "None"})))
+    assert res["code"] == 1, res["out"]
+    failures = "\n".join(res["report"]["failures"])
+    assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
 
 
 def test_a_release_without_its_tolerations_leaves_its_pods_without_a_node(
-        twin, tmp_path: Path) -> None:  # noqa: ANN001
+        tmp_path: Path) -> None:
     """The defect the placement values fix, put back: cert-manager with the chart's own
     placement only. The real scheduler finds no node (every node is tainted)."""
-    rendering = tmp_path / "prod"
-    shutil.copytree(REPO / "build" / "prod", rendering)
-    release = rendering / "helm" / "cert-manager.yaml"
-    doc = yaml.safe_load(release.read_text())
-    for block in (doc["values"], *(doc["values"][k] for k in
-                                   ("webhook", "cainjector", "startupapicheck"))):
-        block.pop("tolerations"), block.pop("nodeSelector")
-    release.write_text(yaml.safe_dump(doc))
-    proc = run_twin(tmp_path / "twin", "--rendering", str(rendering))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    report = json.loads((tmp_path / "twin" / "report.json").read_text())
-    assert set(report["unscheduled"]) == {f"cert-manager/probe-cert-manager-{c}" for c in (
-        "controller", "webhook", "cainjector", "startupapicheck")}
-    assert all("untolerated taint" in why for why in report["unscheduled"].values())
+    def edit(rendering: Path) -> None:
+        def strip(doc: dict) -> None:
+            for block in (doc["values"], *(doc["values"][k] for k in
+                                           ("webhook", "cainjector", "startupapicheck"))):
+                block.pop("tolerations"), block.pop("nodeSelector")
+        edit_yaml(rendering / "helm" / "cert-manager.yaml", strip)
+    res = mutated(tmp_path, edit)
+    assert res["code"] == 1, res["out"]
+    assert set(res["report"]["unscheduled"]) == {
+        f"cert-manager/probe-cert-manager-{c}" for c in (
+            "controller", "webhook", "cainjector", "startupapicheck")}
+    assert all("untolerated taint" in why for why in res["report"]["unscheduled"].values())

@@ -157,7 +157,7 @@ def test_checkpoints_read_write_dataset_read_only():
 # ---------------------------------------------------------------- gang and topology
 
 
-def test_gang_min_members_equal_replicas_in_the_training_queue():
+def test_gang_min_members_equal_replicas_in_their_queues():
     c = prod()
     queues = {q["metadata"]["name"] for q in platform.queues(c)}
     for obj in rdma_objects(c):
@@ -165,9 +165,22 @@ def test_gang_min_members_equal_replicas_in_the_training_queue():
         total = sum(r["replicas"] for r in replicas.values())
         policy = obj["spec"]["runPolicy"]["schedulingPolicy"]
         assert policy["minAvailable"] == total
-        assert policy["queue"] == "training" and "training" in queues
+        assert policy["queue"] in queues
+        want = "acceptance" if obj["kind"] == "MPIJob" else "training"
+        assert policy["queue"] == want, obj["metadata"]["name"]
     job = workloads.pytorchjob(c, c.workloads.training[0])
-    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 8  # 8 nodes
+    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 4  # 4 nodes
+
+
+def test_a_failed_rank_restarts_the_whole_torchrun_gang():
+    """torchrun's elastic agent (c10d rendezvous) restarts every worker when one fails or a
+    node rejoins; a static MASTER_ADDR/RANK launch would leave the peers hung in NCCL."""
+    c = prod()
+    job = workloads.pytorchjob(c, c.workloads.training[0])
+    assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
+    assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 4,
+                                            "maxReplicas": 4, "maxRestarts": 3}
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
 
 
 def test_topology_constraint_is_the_tier1_hypernode():
@@ -324,10 +337,10 @@ def test_vllm_deployment():
     assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
 
 
-def test_hpa_scales_2_to_6_on_a_metric_prometheus_scrapes():
+def test_hpa_scales_2_to_3_on_a_metric_prometheus_scrapes():
     objs = _inference()
     hpa, pm, deploy = objs["HorizontalPodAutoscaler"], objs["PodMonitor"], objs["Deployment"]
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3)
     (metric,) = hpa["spec"]["metrics"]
     name = metric["pods"]["metric"]["name"]
     assert name == "vllm_num_requests_waiting"

@@ -1,8 +1,11 @@
 """`python -m twin [--stack prod]`: render the stack offline, apply it to the twin, report.
 
-Exit 0 when the API server accepted every object and every pod the default scheduler owns has a
-node; 1 otherwise; 2 when the twin cannot start (binaries missing: `make k8s-tools`).
-Writes build/twin/: pods.json, nodes.json, events.txt, report.json and logs/ (each component's).
+Applies what `pulumi up` creates in the order it creates it: everything before the NCCL
+acceptance gate, then (the gate played: its job waited for) what depends on the gate. Exit 0
+when the API server accepted every object, every pod is bound, every PodGroup runs and every
+check in twin/checks.py holds; 1 otherwise; 2 when the twin cannot start (binaries missing:
+`make k8s-tools`). Writes build/twin/: pods.json, podgroups.json, jobs.json, nodes.json,
+events.txt, report.json and logs/ (each component's).
 """
 
 from __future__ import annotations
@@ -15,13 +18,36 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.config import validate_cluster
+from components.config import Cluster, validate_cluster
 from components.planning.nodes import planned_nodes
 from components.planning.platform import training_operator_kustomization
+from components.planning.workloads import largest_su, su_label_key
 from offline.stackconfig import load_stack_config
 
+from . import checks
 from .controlplane import ControlPlane, ControlPlaneError
-from .run import TwinReport, apply_stack, settle, training_operator, write
+from .operators import (
+    host_address,
+    kwok_stages,
+    module_dir,
+    register_csi_drivers,
+    start_training_operator,
+    start_volcano,
+)
+from .run import (
+    Gate,
+    TwinReport,
+    apply_manifests,
+    apply_probes,
+    gates,
+    load_rendering,
+    manifest_key,
+    prepare,
+    settle,
+    training_operator_objects,
+    wait_for_job,
+    write,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "build" / "twin")
     ap.add_argument("--rendering", type=Path, help="apply this build/<stack> directory as it "
                     "is instead of rendering the stack first")
+    ap.add_argument("--gate-timeout", type=float, default=180,
+                    help="seconds to wait for each acceptance job (default 180)")
     args = ap.parse_args(argv)
     bin_dir = args.bin
     if bin_dir is None:
@@ -56,21 +84,59 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = json.loads(load_stack_config(REPO, args.stack).config["gpu-cluster:cluster"])
     cluster = validate_cluster(raw, REPO)
+    built = json.loads((bin_dir / "versions.json").read_text())
+    pins = {"volcano": f"v{cluster.platform.volcano.version.lstrip('v')}",
+            "trainingOperator": cluster.platform.training_operator.version,
+            "kubernetes": f"v{cluster.kubernetes.version.lstrip('v')}"}
+    wrong = {k: (v, built.get(k)) for k, v in pins.items() if built.get(k) != v}
+    if wrong:
+        print(f"twin: {bin_dir} was built for other versions than the stack pins "
+              f"(pinned, built): {wrong}; rebuild with tools/k8s/build.sh", file=sys.stderr)
+        return 2
+    manifests, releases = load_rendering(rendering)
+    plan_gates = gates(json.loads((rendering / "plan.json").read_text()))
+    after_gates = set().union(*(g.after for g in plan_gates))
     shutil.rmtree(args.out, ignore_errors=True)
     # The control plane's keys, certificates and etcd data stay in a scratch directory, never
     # under build/; only the components' logs are kept.
     work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
     report = TwinReport(stand_ins=[
         "every host: a KWOK node with the planned labels, taints and allocatable resources",
-        "Volcano: not built (the module proxy does not serve volcano.sh/apis), so pods for "
-        "its scheduler are listed, not judged"])
+        "Volcano and the Training Operator: processes on this machine, their webhooks "
+        "reached through their Services' endpoints; Volcano built against volcano.sh/apis "
+        f"{built.get('volcanoApis', 'v1.14.0')} (the module proxy serves no v1.15 API module)",
+        "every acceptance gate: the twin waits for its job; the launcher's mpirun is a KWOK "
+        "stage that exits 0 after 5 s (no NCCL output to check)"])
     try:
-        with ControlPlane(bin_dir, work, str(cluster.kubernetes.service_cidr)) as cp:
-            apply_stack(cp, rendering, args.shared, planned_nodes(cluster), report)
-            version = cluster.platform.training_operator.version
-            training_operator(cp, training_operator_kustomization(version), version, work,
-                              report)
+        modules = {m: module_dir(m, v, work) for m, v in (
+            ("volcano.sh/volcano", built["volcano"]),
+            ("github.com/kubeflow/training-operator", built["trainingOperator"]),
+            ("sigs.k8s.io/kwok", built["kwok"]))}
+        with ControlPlane(bin_dir, work, str(cluster.kubernetes.service_cidr),
+                          kwok_stages(modules["sigs.k8s.io/kwok"])) as cp:
+            address = host_address()
+            prepare(cp, args.shared, manifests, releases, planned_nodes(cluster))
+            start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
+            operator = training_operator_objects(
+                cp, training_operator_kustomization(cluster.platform.training_operator.version),
+                modules["github.com/kubeflow/training-operator"], work)
+            apply_manifests(cp, operator, report)
+            start_training_operator(cp, operator, address)
+            apply_manifests(cp, [m for m in manifests if manifest_key(m) not in after_gates],
+                            report)
+            apply_probes(cp, releases, report)
+            register_csi_drivers(cp, manifests)
+            for g in plan_gates:
+                report.gates[g.name] = wait_for_job(cp, g.job, timeout=args.gate_timeout)
+            # `pulumi up` stops at a failed gate: what waits for it is never created.
+            if all("Succeeded" in state for state in report.gates.values()):
+                apply_manifests(cp, [m for m in manifests if manifest_key(m) in after_gates],
+                                report)
             pods = settle(cp, report)
+            verify(cp, cluster, pods, plan_gates, report)
+            report.failures += checks.drain_honours_budget(
+                cp, pods, [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
+                report.seen)
             write(args.out, cp, pods, report)
     except ControlPlaneError as err:
         print(f"twin: {err}", file=sys.stderr)
@@ -85,6 +151,28 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"Wrote {args.out}/")
     return 0 if report.ok else 1
+
+
+def scheduler_conf(releases: list[dict]) -> str:
+    """The scheduler configuration the Volcano release is given."""
+    volcano = next(r for r in releases if r["chart"] == "volcano")
+    return volcano["values"]["custom"]["scheduler_config_override"]
+
+
+def verify(cp: ControlPlane, cluster: Cluster, pods: list[dict], plan_gates: list[Gate],
+           report: TwinReport) -> None:
+    podgroups = cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"]
+    jobs = [j for kind in ("pytorchjobs", "mpijobs")
+            for j in cp.get(f"{kind}.kubeflow.org", "--all-namespaces")["items"]]
+    report.failures += checks.podgroups_running(podgroups)
+    report.failures += checks.training_on_whole_nodes_of_one_su(
+        pods, cp.get("nodes")["items"], su_label_key(cluster), largest_su(cluster))
+    report.failures += checks.replicas_on_distinct_nodes(pods)
+    report.failures += checks.gate_ran_alone(jobs, podgroups,
+                                             [f"{g.job[1]}/{g.job[2]}" for g in plan_gates])
+    report.failures += checks.pod_security(cp.get("events", "--all-namespaces")["items"])
+    report.failures += [f"acceptance {k}: {v}" for k, v in report.gates.items()
+                        if "Succeeded" not in v]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,13 @@ def free_port() -> int:
 class ControlPlane:
     """Start with `with ControlPlane(bin_dir, work) as cp:`; every process stops on exit."""
 
-    def __init__(self, bin_dir: Path, work: Path, service_cidr: str = "10.96.0.0/12") -> None:
+    def __init__(self, bin_dir: Path, work: Path, service_cidr: str = "10.96.0.0/12",
+                 kwok_stages: str | None = None) -> None:
         self.bin = bin_dir
         self.work = work
         self.service_cidr = service_cidr
+        self.kwok_stages = kwok_stages  # KWOK Stage documents; None: KWOK's defaults
+        self._on_stop: list[Callable[[], None]] = []
         self.port = free_port()
         self.server = f"https://127.0.0.1:{self.port}"
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -51,11 +54,18 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, args: Sequence[str]) -> None:
+    def spawn(self, name: str, args: Sequence[str],
+              env: Mapping[str, str] | None = None) -> None:
+        """Start one of the built binaries; it stops with the control plane."""
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 — closed with the process
+        # No proxy from this machine's environment: a cluster's components dial each other.
+        clean = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
         proc = subprocess.Popen([str(self.bin / name), *args], stdout=log, stderr=log,
-                                start_new_session=True)
+                                start_new_session=True, env={**clean, **(env or {})})
         self.procs.append((name, proc))
+
+    def on_stop(self, fn: Callable[[], None]) -> None:
+        self._on_stop.append(fn)
 
     def start(self) -> None:
         w = self.work
@@ -77,7 +87,7 @@ class ControlPlane:
             "contexts": [{"name": "twin", "context": {"cluster": "twin", "user": "admin"}}],
         }))
         etcd_port, peer_port = free_port(), free_port()
-        self._spawn("etcd", [
+        self.spawn("etcd", [
             "--data-dir", str(w / "etcd"), "--name", "twin",
             "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
             "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
@@ -85,7 +95,7 @@ class ControlPlane:
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
             "--initial-cluster", f"twin=http://127.0.0.1:{peer_port}",
             "--unsafe-no-fsync"])
-        self._spawn("kube-apiserver", [
+        self.spawn("kube-apiserver", [
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}",
             f"--cert-dir={w / 'certs'}", f"--token-auth-file={w / 'tokens.csv'}",
@@ -95,10 +105,13 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
+            # Webhooks are dialled at their Services' endpoints (processes on this machine),
+            # not at a ClusterIP that nothing routes here.
+            "--enable-aggregator-routing=true",
             "--enable-admission-plugins=NodeRestriction"])
         self.wait_ready()
         common = [f"--kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1"]
-        self._spawn("kube-controller-manager", [
+        self.spawn("kube-controller-manager", [
             *common, f"--secure-port={free_port()}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
@@ -108,11 +121,15 @@ class ControlPlane:
             # Node IPAM would need a pod CIDR per node; KWOK nodes need none. The node
             # lifecycle controller stays: it lifts the not-ready taint once KWOK reports Ready.
             "--controllers=*,-nodeipam,-cloud-node-lifecycle,-route,-service"])
-        self._spawn("kube-scheduler", [
+        self.spawn("kube-scheduler", [
             *common, f"--secure-port={free_port()}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}", "--leader-elect=false"])
-        self._spawn("kwok", [
+        kwok_config = []
+        if self.kwok_stages is not None:
+            (w / "kwok.yaml").write_text(self.kwok_stages)
+            kwok_config = [f"--config={w / 'kwok.yaml'}"]
+        self.spawn("kwok", [*kwok_config,
             f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
@@ -120,6 +137,8 @@ class ControlPlane:
         self.wait_for_service_account("default")
 
     def stop(self) -> None:
+        for fn in self._on_stop:
+            fn()
         for _name, proc in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, 15)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -27,31 +26,33 @@ from components.planning.release_placement import probes
 
 from .controlplane import ControlPlane
 
-# Pods no scheduler here can place: Volcano's scheduler cannot be built from its Go modules
-# (volcano.sh/apis is not served by the module proxy), so its gangs are listed, not judged.
-VOLCANO = "volcano"
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 PAUSE = "registry.k8s.io/pause:3.10"
+JOB_KINDS = ("PyTorchJob", "MPIJob")
 
 
 @dataclass
 class TwinReport:
     rejected: dict[str, str] = field(default_factory=dict)  # object -> API server's reason
     unscheduled: dict[str, str] = field(default_factory=dict)  # pod -> scheduler's reason
-    not_judged: list[str] = field(default_factory=list)  # pods waiting for Volcano
     placed: dict[str, str] = field(default_factory=dict)  # pod -> node
+    failures: list[str] = field(default_factory=list)  # what a cluster would not do
+    gates: dict[str, str] = field(default_factory=dict)  # acceptance job -> its final state
+    seen: list[str] = field(default_factory=list)  # what the twin did and saw (drains)
     stand_ins: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.rejected and not self.unscheduled
+        return not self.rejected and not self.unscheduled and not self.failures
 
     def lines(self) -> list[str]:
         out = [f"twin: {len(self.placed)} pods placed, {len(self.unscheduled)} unschedulable, "
-               f"{len(self.rejected)} objects rejected, {len(self.not_judged)} pods left to "
-               "Volcano (not judged)"]
+               f"{len(self.rejected)} objects rejected, {len(self.failures)} checks failed"]
         out += [f"  rejected   {k}: {v}" for k, v in sorted(self.rejected.items())]
         out += [f"  no node    {k}: {v}" for k, v in sorted(self.unscheduled.items())]
+        out += [f"  gate       {k}: {v}" for k, v in sorted(self.gates.items())]
+        out += [f"  seen       {s}" for s in self.seen]
+        out += [f"  FAILED     {f}" for f in self.failures]
         out += [f"  stand-in   {s}" for s in self.stand_ins]
         return out
 
@@ -104,24 +105,39 @@ def probe_pod(release: str, component: str, namespace: str,
                                          "seccompProfile": {"type": "RuntimeDefault"}}}]}}
 
 
-def apply_stack(cp: ControlPlane, build: Path, shared: Path, nodes: list[PlannedNode],
-                report: TwinReport) -> None:
+def load_rendering(build: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rendered manifests and Helm releases of one stack (build/<stack>)."""
     manifests = [yaml.safe_load(p.read_text())
                  for p in sorted((build / "manifests").rglob("*.yaml"))]
+    releases = [yaml.safe_load(p.read_text()) for p in sorted((build / "helm").glob("*.yaml"))]
+    return manifests, releases
+
+
+def prepare(cp: ControlPlane, shared: Path, manifests: list[dict[str, Any]],
+            releases: list[dict[str, Any]], nodes: list[PlannedNode]) -> None:
+    """CRDs, the planned nodes and the releases' namespaces (each release creates its own)."""
     kinds = {(m["apiVersion"], m["kind"]) for m in manifests}
     for crd in crd_files(shared, kinds):
         cp.kubectl("apply", "--server-side", "-f", str(crd))
     cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     for n in nodes:
         cp.kubectl("create", "-f", "-", stdin=yaml.safe_dump(node_object(n)))
-    releases = [yaml.safe_load(p.read_text()) for p in sorted((build / "helm").glob("*.yaml"))]
-    # Each release creates its namespace (createNamespace), and the objects registered with a
-    # release come after it.
     for ns in sorted({r["namespace"] for r in releases}):
         cp.kubectl("create", "namespace", ns, check=False)
-    # Namespaces first, as a chart or `pulumi up` would order them.
+
+
+def apply_manifests(cp: ControlPlane, manifests: Iterable[dict[str, Any]],
+                    report: TwinReport) -> None:
+    # Namespaces first, as `pulumi up` orders them.
     for m in sorted(manifests, key=lambda m: m["kind"] != "Namespace"):
-        _submit(cp, m, report)
+        if m["kind"] == "Namespace":
+            _submit(cp, m, report)
+            cp.wait_for_service_account(m["metadata"]["name"])
+        else:
+            _submit(cp, m, report)
+
+
+def apply_probes(cp: ControlPlane, releases: list[dict[str, Any]], report: TwinReport) -> None:
     for doc in releases:
         cp.wait_for_service_account(doc["namespace"])
         for component, placement in probes(doc["name"], doc["values"]).items():
@@ -130,72 +146,156 @@ def apply_stack(cp: ControlPlane, build: Path, shared: Path, nodes: list[Planned
                                 f"{doc['version']}): probe pods with its placement values")
 
 
-def training_operator(cp: ControlPlane, kustomization: str, version: str, work: Path,
-                      report: TwinReport) -> None:
+def training_operator_objects(cp: ControlPlane, kustomization: str, module: Path,
+                              work: Path) -> list[dict[str, Any]]:
     """The stack's kustomization of the Training Operator built by the real `kubectl
-    kustomize` and applied: its upstream overlay comes from the operator's Go module (the
-    same files as the release tag the kustomization names), since GitHub cannot be reached."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    module = json.loads(subprocess.run(
-        [go, "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
-        capture_output=True, text=True, cwd=work, check=True).stdout)["Dir"]
+    kustomize`: its upstream overlay comes from the operator's Go module (the same files as
+    the release tag the kustomization names), since GitHub cannot be reached."""
     root = work / "training-operator"
     shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(Path(module) / "manifests", root / "manifests")
+    shutil.copytree(module / "manifests", root / "manifests")
     remote = re.search(r"^\s*- (github\.com/kubeflow/training-operator\.git/(\S+)\?ref=\S+)$",
                        kustomization, re.M)
     assert remote is not None, "the kustomization names no upstream overlay"
     (root / "kustomization.yaml").write_text(kustomization.replace(
         remote.group(1), remote.group(2)))
-    for obj in yaml.safe_load_all(cp.kubectl("kustomize", str(root)).stdout):
-        if obj is not None:
-            _submit(cp, obj, report)
-    report.stand_ins.append(f"Training Operator {version}: its manifests from the Go module "
-                            "(the controller itself does not run)")
+    return [o for o in yaml.safe_load_all(cp.kubectl("kustomize", str(root)).stdout) if o]
+
+
+# ---------------------------------------------------------------- the order of `pulumi up`
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An acceptance gate of the plan: a command that waits for a job and checks it."""
+
+    name: str
+    job: tuple[str, str, str]  # (kind, namespace, name) of the job it waits for
+    after: frozenset[tuple[str, str, str]]  # objects the plan creates only once it passed
+
+
+def _object_key(inputs: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    meta = inputs.get("metadata") or {}
+    if "kind" not in inputs or "name" not in meta:
+        return None
+    return (inputs["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def manifest_key(m: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])
+
+
+def gates(plan: Mapping[str, Any]) -> list[Gate]:
+    """The plan's acceptance gates (commands of a workload that wait for one of its jobs) and
+    the Kubernetes objects that depend on each, directly or through other resources."""
+    res = {r["urn"]: r for r in plan["resources"]}
+    deps: dict[str, set[str]] = {}
+
+    def closure(urn: str) -> set[str]:
+        if urn not in deps:
+            deps[urn] = set()
+            for d in res.get(urn, {}).get("options", {}).get("dependsOn", []):
+                deps[urn] |= {d} | closure(d)
+        return deps[urn]
+
+    found = []
+    for r in plan["resources"]:
+        parent = res.get(r.get("parent", ""), {})
+        if r["type"] != "command:remote:Command" or parent.get("type") != \
+                "gpucluster:workloads:Workload":
+            continue
+        jobs = [_object_key(res[d]["inputs"]) for d in r["options"]["dependsOn"]
+                if d in res and res[d]["type"].startswith("kubernetes:")
+                and res[d]["inputs"].get("kind") in JOB_KINDS]
+        if not jobs:
+            continue
+        after = frozenset(k for u, o in res.items() if o["type"].startswith("kubernetes:")
+                          and r["urn"] in closure(u) and (k := _object_key(o["inputs"])))
+        found.append(Gate(r["name"], jobs[0], after))
+    return found
+
+
+def wait_for_job(cp: ControlPlane, key: tuple[str, str, str], timeout: float) -> str:
+    """Play an acceptance gate's wait: the job's final condition (or how far it got)."""
+    kind, ns, name = key
+    state = "not created"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        cp.check_alive()
+        proc = cp.kubectl("get", kind.lower(), name, "-n", ns, "-o", "json", check=False)
+        if proc.returncode == 0:
+            conds = json.loads(proc.stdout).get("status", {}).get("conditions", [])
+            true = [c["type"] for c in conds if c.get("status") == "True"]
+            state = ", ".join(true) or "no condition"
+            if {"Succeeded", "Failed"} & set(true):
+                return state
+        time.sleep(1)
+    return f"timed out after {timeout:g}s ({state})"
+
+
+# ---------------------------------------------------------------- reading back
 
 
 def _scheduling_failure(cp: ControlPlane, ns: str, name: str) -> str:
     events = cp.get("events", "-n", ns, "--field-selector",
-                    f"involvedObject.name={name},reason=FailedScheduling")["items"]
-    return events[-1]["message"] if events else "not scheduled (no event yet)"
+                    f"involvedObject.name={name}")["items"]
+    why = [e["message"] for e in events if e["reason"] in ("FailedScheduling", "Unschedulable")]
+    return why[-1] if why else "not scheduled (no event yet)"
 
 
-def settle(cp: ControlPlane, report: TwinReport, timeout: float = 90) -> list[dict[str, Any]]:
-    """Wait until every pod the default scheduler owns is placed or reported unschedulable."""
+def _pending(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if not p["spec"].get("nodeName")
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+def settle(cp: ControlPlane, report: TwinReport, timeout: float = 120,
+           quiet: float = 15) -> list[dict[str, Any]]:
+    """Wait until every pod is bound and every PodGroup running, or what is left has stayed
+    so for `quiet` seconds (the schedulers keep retrying; a gang may wait for its last
+    member)."""
     end = time.monotonic() + timeout
+    last_change, last = time.monotonic(), None
     while True:
+        cp.check_alive()
         pods = cp.get("pods", "--all-namespaces")["items"]
-        waiting = [p for p in pods if not p["spec"].get("nodeName")
-                   and p["spec"].get("schedulerName", "default-scheduler") != VOLCANO]
-        failed = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in waiting
-                  if any(c.get("reason") == "Unschedulable"
-                         for c in p.get("status", {}).get("conditions", []))}
-        if len(failed) == len(waiting) or time.monotonic() > end:
+        groups = cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"]
+        waiting = sorted([f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                          for p in _pending(pods)] + [
+            f"podgroup {g['metadata']['namespace']}/{g['metadata']['name']}" for g in groups
+            if g.get("status", {}).get("phase") not in ("Running", "Completed")])
+        if waiting != last:
+            last, last_change = waiting, time.monotonic()
+        if not waiting or time.monotonic() - last_change > quiet or time.monotonic() > end:
             break
         time.sleep(1)
+    report.placed.clear()
+    report.unscheduled.clear()
     for p in pods:
         meta, spec = p["metadata"], p["spec"]
         key = f"{meta['namespace']}/{meta['name']}"
         if spec.get("nodeName"):
             report.placed[key] = spec["nodeName"]
-        elif spec.get("schedulerName") == VOLCANO:
-            report.not_judged.append(key)
-        else:
+        elif p.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             report.unscheduled[key] = _scheduling_failure(cp, meta["namespace"], meta["name"])
     return pods
 
 
 def write(out: Path, cp: ControlPlane, pods: list[dict[str, Any]], report: TwinReport) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pods.json").write_text(json.dumps(pods, indent=1, sort_keys=True) + "\n")
-    nodes = cp.get("nodes")["items"]
-    (out / "nodes.json").write_text(json.dumps(nodes, indent=1, sort_keys=True) + "\n")
+    dump = lambda name, obj: (out / name).write_text(  # noqa: E731
+        json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    dump("pods.json", pods)
+    dump("nodes.json", cp.get("nodes")["items"])
+    dump("podgroups.json", cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"])
+    dump("jobs.json", [j for kind in JOB_KINDS for j in cp.get(
+        f"{kind.lower()}s.kubeflow.org", "--all-namespaces")["items"]])
     events = cp.get("events", "--all-namespaces")["items"]
     (out / "events.txt").write_text("".join(
         f"{e['metadata']['namespace']}\t{e['involvedObject']['kind']}/"
         f"{e['involvedObject']['name']}\t{e['reason']}\t{e.get('message', '')}\n"
         for e in events))
-    (out / "report.json").write_text(json.dumps({
+    dump("report.json", {
         "rejected": report.rejected, "unscheduled": report.unscheduled,
-        "notJudged": sorted(report.not_judged), "placed": report.placed,
-        "standIns": report.stand_ins}, indent=1, sort_keys=True) + "\n")
+        "placed": report.placed, "failures": report.failures, "gates": report.gates,
+        "seen": report.seen,
+        "standIns": report.stand_ins})

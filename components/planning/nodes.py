@@ -20,6 +20,9 @@ CONTROL_PLANE_TAINT = {"key": CONTROL_PLANE_LABEL, "value": "", "effect": "NoSch
 H100_MEMORY_MIB = "81559"
 # The control-plane hosts' size is not part of the config: a typical management server.
 CONTROL_PLANE_CPU, CONTROL_PLANE_MEMORY = "32", "256Gi"
+# The kubelet's root file system (ephemeral-storage) less the 10% nodefs eviction threshold:
+# a DGX H100 boots from 2 x 1.92 TB NVMe in RAID 1 (1.75 TiB); a management server's 480 GB.
+GPU_NODE_EPHEMERAL, CONTROL_PLANE_EPHEMERAL = "1610Gi", "400Gi"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ def planned_nodes(cluster: Cluster) -> list[PlannedNode]:
                     {**common, "kubernetes.io/hostname": h.hostname, CONTROL_PLANE_LABEL: "",
                      "node.kubernetes.io/exclude-from-external-load-balancers": ""},
                     (CONTROL_PLANE_TAINT,),
-                    {"cpu": CONTROL_PLANE_CPU, "memory": CONTROL_PLANE_MEMORY, "pods": pods})
+                    {"cpu": CONTROL_PLANE_CPU, "memory": CONTROL_PLANE_MEMORY, "pods": pods,
+                     "ephemeral-storage": CONTROL_PLANE_EPHEMERAL})
         for h in cluster.control_plane
     ]
     leaves = placement.rail_leaves(placement.plan(cluster))
@@ -63,7 +67,8 @@ def planned_nodes(cluster: Cluster) -> list[PlannedNode]:
                   "nvidia.com/gpu.memory": H100_MEMORY_MIB}
         nodes.append(PlannedNode(
             n.hostname, "gpu-worker", labels, (kubeadm.GPU_TAINT,),
-            {"cpu": cpu, "memory": memory, "pods": pods, "nvidia.com/gpu": str(n.gpu.count),
+            {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": GPU_NODE_EPHEMERAL,
+             "nvidia.com/gpu": str(n.gpu.count),
              # The RDMA shared device plugin: rdmaHcaMax pods may share the node's HCAs.
              platform.rdma_resource(cluster): str(platform.RDMA_HCA_MAX)}))
     return nodes

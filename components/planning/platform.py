@@ -94,7 +94,13 @@ def volcano_scheduler_config() -> str:
         "  - name: predicates",
         "  - name: proportion",
         "  - name: nodeorder",
+        # GPU pods fill partly used nodes first, keeping whole nodes free for training gangs;
+        # one Deployment's serving replicas stay apart by their own anti-affinity.
         "  - name: binpack",
+        "    arguments:",
+        "      binpack.weight: 10",
+        "      binpack.resources: nvidia.com/gpu",
+        "      binpack.resources.nvidia.com/gpu: 10",
         "  - name: network-topology-aware",
         "",
     ])
@@ -161,6 +167,7 @@ def _releases(cluster: Cluster) -> list[Release]:
                 "rdma": {"enabled": gpu.gpudirect_rdma and host_mofed,
                          "useHostMofed": host_mofed},
                 **({"version": gpu.driver_version} if gpu.driver_version else {}),
+                "upgradePolicy": DRIVER_UPGRADE_POLICY,
             },
             "toolkit": {"enabled": True},
             "devicePlugin": {"enabled": True},
@@ -401,25 +408,57 @@ def cert_manager_objects(cluster: Cluster) -> list[dict]:
     ]
 
 
+# ---------------------------------------------------------------- GPU driver upgrades
+
+# How the GPU Operator rolls a new driver over the nodes (ClusterPolicy driver.upgradePolicy):
+# one node at a time; on a node running a training or acceptance pod it waits for that pod to
+# finish (timeoutSeconds 0: however long), so an upgrade never kills one rank of a gang; then
+# it drains the node through the eviction API, which honours the serving PodDisruptionBudget.
+DRIVER_UPGRADE_POLICY = {
+    "autoUpgrade": True,
+    "maxParallelUpgrades": 1,
+    "maxUnavailable": 1,
+    "waitForCompletion": {
+        "podSelector": "app.kubernetes.io/component in (training,nccl-test)",
+        "timeoutSeconds": 0},
+    "gpuPodDeletion": {"force": False, "timeoutSeconds": 300, "deleteEmptyDir": True},
+    "drain": {"enable": True, "force": False, "podSelector": "", "timeoutSeconds": 600,
+              "deleteEmptyDir": True},
+}
+
+
 # ---------------------------------------------------------------- Volcano
 
 
+def queue_capabilities(cluster: Cluster) -> dict[str, int]:
+    """GPUs each Volcano queue may hold, derived from the workloads that must fit in it.
+
+    Volcano's proportion plugin enqueues a PodGroup only while its queue's allocated GPUs plus
+    the group's minResources stay within the queue's capability, so each cap is what its jobs
+    need together: every training job's whole nodes; every serving replica at its maximum
+    (rollouts replace in place, no surge pod); and the NCCL acceptance test on its nodes, run
+    alone before the others start (its queue is empty afterwards).
+    """
+    gpus = cluster.gpu_nodes.template.gpu.count
+    caps = {
+        "training": sum(j.nodes * j.gpus_per_node for j in cluster.workloads.training),
+        "inference": sum(s.autoscaling.max_replicas * s.gpus_per_pod
+                         for s in cluster.workloads.inference),
+    }
+    test = cluster.workloads.nccl_test
+    if test is not None:
+        caps["acceptance"] = (test.nodes or len(cluster.nodes)) * gpus
+    return caps
+
+
 def queues(cluster: Cluster) -> list[dict]:
-    """A training and an inference queue; inference keeps its GPUs when training is busy."""
-    total = cluster.total_gpus
-    inference = sum(s.autoscaling.max_replicas * s.gpus_per_pod
-                    for s in cluster.workloads.inference)
-    training = max(total - sum(s.autoscaling.min_replicas * s.gpus_per_pod
-                               for s in cluster.workloads.inference), 0)
+    """One queue per kind of work, capped at what that work needs (queue_capabilities)."""
     return [
         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-         "metadata": {"name": "training"},
-         "spec": {"weight": 1, "reclaimable": True,
-                  "capability": {"nvidia.com/gpu": str(training)}}},
-        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-         "metadata": {"name": "inference"},
+         "metadata": {"name": name},
          "spec": {"weight": 1, "reclaimable": False,
-                  "capability": {"nvidia.com/gpu": str(min(inference, total))}}},
+                  "capability": {"nvidia.com/gpu": str(cap)}}}
+        for name, cap in queue_capabilities(cluster).items()
     ]
 
 

@@ -38,6 +38,7 @@ LAUNCHER_EXCEPTIONS = {
 VOLCANO = "volcano"
 TRAINING_QUEUE = "training"
 INFERENCE_QUEUE = "inference"
+ACCEPTANCE_QUEUE = "acceptance"  # the NCCL test: every GPU node, before anything else runs
 VLLM_PORT = 8000
 VLLM_UID = 1000
 NCCL_TESTS_BIN = "/opt/nccl_tests/build/all_reduce_perf"
@@ -172,12 +173,14 @@ def _rdma_metadata(labels: dict[str, str]) -> dict:
     }
 
 
-def _run_policy(job_backoff: int, min_available: int) -> dict:
+def _run_policy(job_backoff: int, min_available: int, queue: str = TRAINING_QUEUE) -> dict:
     return {
         "backoffLimit": job_backoff,
-        "cleanPodPolicy": "None",  # keep finished pods' logs (the NCCL gate reads them)
+        # When the job ends, pods still running (MPI workers idling in `sleep`) are deleted and
+        # give their GPUs back; finished pods stay, with the logs the NCCL gate reads.
+        "cleanPodPolicy": "Running",
         # Gang scheduling: Volcano starts all pods or none.
-        "schedulingPolicy": {"minAvailable": min_available, "queue": TRAINING_QUEUE},
+        "schedulingPolicy": {"minAvailable": min_available, "queue": queue},
     }
 
 
@@ -239,25 +242,19 @@ def pytorchjob(cluster: Cluster, job: TrainingJob) -> dict:
         "volumeMounts": _training_mounts(job),
     }
     template = _training_template(cluster, job, container)
-    elastic = job.elastic_min_nodes is not None and job.elastic_min_nodes < job.nodes
-    if elastic:
-        replicas = {"Worker": {"replicas": job.nodes, "restartPolicy": "OnFailure",
-                               "template": template}}
-    else:
-        replicas = {
-            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
-            **({"Worker": {"replicas": job.nodes - 1, "restartPolicy": "OnFailure",
-                           "template": template}} if job.nodes > 1 else {}),
-        }
+    # torchrun's elastic agent with a c10d rendezvous restarts the whole worker group when any
+    # worker fails or a node leaves or rejoins, so the gang restarts as a unit; with a static
+    # rendezvous (MASTER_ADDR/RANK) a pod restarted alone leaves its peers hung in NCCL. A
+    # fixed-size job is the elastic case with minReplicas = maxReplicas.
+    min_nodes = job.elastic_min_nodes or job.nodes
     spec: dict[str, Any] = {
         "nprocPerNode": str(job.gpus_per_node),
-        "runPolicy": _run_policy(job.backoff_limit,
-                                 job.elastic_min_nodes if elastic else job.nodes),
-        "pytorchReplicaSpecs": replicas,
+        "runPolicy": _run_policy(job.backoff_limit, min_nodes),
+        "elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": min_nodes,
+                          "maxReplicas": job.nodes, "maxRestarts": job.backoff_limit},
+        "pytorchReplicaSpecs": {"Worker": {"replicas": job.nodes, "restartPolicy": "OnFailure",
+                                           "template": template}},
     }
-    if elastic:
-        spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": job.elastic_min_nodes,
-                                 "maxReplicas": job.nodes, "maxRestarts": job.backoff_limit}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": job.name, "namespace": job.namespace}, "spec": spec}
 
@@ -367,7 +364,7 @@ def nccl_test_mpijob(cluster: Cluster, test: NcclTest) -> dict:
                      "labels": {"app.kubernetes.io/component": "nccl-test"}},
         "spec": {
             "slotsPerWorker": gpus,
-            "runPolicy": {**_run_policy(0, nodes + 1),
+            "runPolicy": {**_run_policy(0, nodes + 1, ACCEPTANCE_QUEUE),
                           "activeDeadlineSeconds": test.timeout_minutes * 60},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
@@ -485,6 +482,10 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 120,
+        # One replica per node: a node lost or drained takes one replica, never the service
+        # (Volcano's binpack would otherwise stack replicas on the fullest node).
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}},
         "containers": [container],
         "volumes": _claims({"weights": claim_name(svc.weights)}) + [
             _shm(svc.shm_size), {"name": "cache", "emptyDir": {"sizeLimit": "64Gi"}}],
@@ -495,8 +496,10 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
          "spec": {
              "replicas": a.min_replicas,
              "selector": {"matchLabels": labels},
+             # Replace in place: with one replica per node, a surge pod would need a spare
+             # GPU node, and a rollout at maxReplicas would wait for one forever.
              "strategy": {"type": "RollingUpdate",
-                          "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                          "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
              "template": {
                  "metadata": {"labels": labels,
                               "annotations": {"scheduling.volcano.sh/queue-name":

@@ -330,6 +330,55 @@ def gang_scheduling_min_members(args: ResourceValidationArgs, report: ReportViol
                f"{total}; set them equal")
 
 
+QUEUE = "kubernetes:scheduling.volcano.sh/v1beta1:Queue"
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _queue_gpus(args: StackValidationArgs) -> dict[str, float | None]:
+    """Each Volcano queue's GPU capability (None: no GPU cap)."""
+    caps: dict[str, float | None] = {}
+    for r in args.resources:
+        if r.resource_type == QUEUE:
+            cap = qty(get(r.props, "spec", "capability", GPU))
+            caps[name_of(r)] = float(cap) if isinstance(cap, int | float) else None
+    return caps
+
+
+@stack_rule(
+    "gang-fits-queue",
+    "Every gang's GPUs fit the capability of the Volcano queue it names, and the queue exists",
+    MANDATORY,
+)
+def gang_fits_queue(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Volcano's proportion plugin admits a PodGroup only while the queue's allocated GPUs
+    plus the group's minResources stay within the queue's capability: a gang larger than its
+    queue stays Pending forever, with GPUs idle. A PodGroup naming a missing queue is refused
+    by Volcano's admission."""
+    caps = _queue_gpus(args)
+    for r in args.resources:
+        if r.resource_type in TRAINING_JOB_TYPES:
+            queue = get(r.props, "spec", "runPolicy", "schedulingPolicy", "queue") or "default"
+            pods = sorted(pod_gpus(get(replica, "template", "spec"))
+                          for _, n, replica in _replicas(r.props) for _ in range(n))
+            min_av = qty(get(r.props, "spec", "runPolicy", "schedulingPolicy", "minAvailable"))
+            gang = sum(pods[:min_av] if isinstance(min_av, int) else pods)
+        elif r.resource_type == DEPLOYMENT and _gpu_deployment(r):
+            queue = get(r.props, "spec", "template", "metadata", "annotations",
+                        QUEUE_ANNOTATION) or "default"
+            gang = pod_gpus(get(r.props, "spec", "template", "spec"))  # one PodGroup a pod
+        else:
+            continue
+        what = f"{kind(r.resource_type)} {name_of(r)!r}"
+        if queue not in caps and queue != "default":
+            report(f"{what} names Volcano queue {queue!r}, which the stack does not create",
+                   r.urn)
+        elif (cap := caps.get(queue)) is not None and gang > cap:
+            report(f"{what} needs {gang} GPUs at once but queue {queue!r} is capped at "
+                   f"{cap:g}: Volcano never admits it; raise the queue's capability to at "
+                   f"least {gang} (components/planning/platform.py queue_capabilities)",
+                   r.urn)
+
+
 @resource_rule(
     "training-backoff-bounded",
     "Training jobs set a bounded backoff limit",

@@ -4,6 +4,8 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl   (k8s.io/kubernetes)
 #   etcd                                                               (go.etcd.io/etcd/server/v3)
 #   kwok (the KWOK controller, not kwokctl)                           (sigs.k8s.io/kwok)
+#   vc-scheduler, vc-controller-manager, vc-webhook-manager           (volcano.sh/volcano)
+#   training-operator                                                 (github.com/kubeflow/training-operator)
 # The last line of stdout is a bin directory holding all of them:
 #   PATH="$(bash tools/k8s/build.sh | tail -1):$PATH"
 # Build times go to stderr and to <cache>/k8s/build-times.txt.
@@ -12,11 +14,13 @@
 #   KUBERNETES_VERSION   default 1.35.2, the stack's kubernetes.version (Pulumi.prod.yaml)
 #   ETCD_VERSION         default 3.6.6, what k8s.io/kubernetes v1.35.2 pins (build/dependencies.yaml)
 #   KWOK_VERSION         default 0.7.0
+#   VOLCANO_VERSION      default 1.15.1, platform.volcano.version
+#   TRAINING_OPERATOR_VERSION  default 1.9.4, platform.trainingOperator.version
 #   GPU_CLUSTER_CACHE    cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-cluster)
 #
-# Each of the three is built in its own throwaway module, so that each binary gets the
-# dependency versions its own go.mod asks for (KWOK v0.7.0 is on k8s.io/* v0.33, etcd on its own
-# grpc/bbolt/raft), not a mix of the three.
+# Each is built in its own module, so that each binary gets the dependency versions its own
+# go.mod asks for (KWOK v0.7.0 is on k8s.io/* v0.33, etcd on its own grpc/bbolt/raft, Volcano
+# and the Training Operator on theirs), not a mix.
 set -euo pipefail
 # shellcheck source=tools/gobuild.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../gobuild.sh"
@@ -24,12 +28,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/../gobuild.sh"
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.35.2}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.6}"
 KWOK_VERSION="${KWOK_VERSION:-0.7.0}"
+VOLCANO_VERSION="${VOLCANO_VERSION:-1.15.1}"
+TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-1.9.4}"
 
 CACHE_ROOT="${GPU_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-cluster}"
 K8S="$CACHE_ROOT/k8s"
 TIMES="$K8S/build-times.txt"
 KUBE_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubectl"
 BIN="$K8S/bin-kubernetes-v$KUBERNETES_VERSION+etcd-v$ETCD_VERSION+kwok-v$KWOK_VERSION"
+BIN="$BIN+volcano-v$VOLCANO_VERSION+training-operator-v$TRAINING_OPERATOR_VERSION"
+VOLCANO_CMDS="vc-scheduler vc-controller-manager vc-webhook-manager"
 
 log() { echo "k8s: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -168,10 +176,68 @@ build_kwok() {
   build kwok "$wv" kwok sigs.k8s.io/kwok/cmd/kwok ""
 }
 
+# srcmod DIR MODULE@VERSION: a writable copy of a module's source in $WORK/DIR, to build its
+# commands inside their own module (its go.mod, replaces and go.sum as released).
+srcmod() {
+  local info
+  info="$(cd "$WORK" && go mod download -json "$2")" ||
+    die "cannot download $2: $(json Error <<<"$info")"
+  cp -r "$(json Dir <<<"$info")" "$WORK/$1"
+  chmod -R u+w "$WORK/$1"
+}
+
+# --- Volcano -----------------------------------------------------------------------------------
+# volcano.sh/volcano replaces volcano.sh/apis with ./staging/src/volcano.sh/apis, a nested module
+# that the module zip leaves out; it is filled from the volcano.sh/apis module. The proxy serves
+# no volcano.sh/apis v1.15.x: the newest it serves at or below the release is used, and the one
+# declaration v1.15 added that the commands use (QueueAllocationGateKey, whose value Volcano's
+# docs/design/scheduling-gates-queue-admission.md gives) is declared when missing. Types added
+# in v1.15 are absent from that client (their fields are dropped when read).
+build_volcano() {
+  local vv="v$VOLCANO_VERSION" apis="" v cmd missing="" gate ldflags
+  for cmd in $VOLCANO_CMDS; do have "$cmd" "$vv" || missing="$missing $cmd"; done
+  if [ -z "$missing" ]; then
+    log "reusing volcano $vv"
+    return 0
+  fi
+  srcmod volcano "volcano.sh/volcano@$vv"
+  for v in "$vv" v1.15.0 v1.14.1 v1.14.0; do
+    if served volcano.sh/apis "$v"; then apis="$v"; break; fi
+  done
+  [ -n "$apis" ] || die "the module proxy serves no volcano.sh/apis at $vv or v1.14.x"
+  [ "$apis" = "$vv" ] || log "volcano.sh/apis@$vv is not served by the module proxy; using $apis"
+  mkdir -p "$WORK/volcano/staging/src/volcano.sh"
+  srcmod volcano/staging/src/volcano.sh/apis "volcano.sh/apis@$apis"
+  gate="$WORK/volcano/staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+  if ! grep -rq 'QueueAllocationGateKey' "$gate"; then
+    printf '%s\n' 'package v1beta1' '' \
+      '// QueueAllocationGateKey: as volcano v1.15 docs/design/scheduling-gates-queue-admission.md.' \
+      'const QueueAllocationGateKey = GroupName + "/queue-allocation-gate"' >"$gate/zz_v1_15.go"
+  fi
+  echo "$apis" >"$K8S/volcano-$vv.apis"
+  ldflags="-X volcano.sh/volcano/pkg/version.Version=$vv"
+  for cmd in $missing; do
+    build "$cmd" "$vv" volcano "./cmd/${cmd#vc-}" "$ldflags"
+  done
+}
+
+# --- Training Operator -------------------------------------------------------------------------
+build_training_operator() {
+  local tv="v$TRAINING_OPERATOR_VERSION"
+  if have training-operator "$tv"; then
+    log "reusing training-operator $tv"
+    return 0
+  fi
+  srcmod training-operator "github.com/kubeflow/training-operator@$tv"
+  build training-operator "$tv" training-operator ./cmd/training-operator.v1 ""
+}
+
 # Called plainly (not under ||), so that set -e stops at the first failing step.
 build_kubernetes
 build_etcd
 build_kwok
+build_volcano
+build_training_operator
 
 # One directory for PATH, of hard links (copies across file systems).
 tmp="$(mktemp -d "$K8S/.tmp.bin.XXXXXX")"
@@ -179,6 +245,13 @@ link() { ln "$1" "$tmp/" 2>/dev/null || cp -p "$1" "$tmp/"; }
 for cmd in $KUBE_CMDS; do link "$K8S/$cmd-v$KUBERNETES_VERSION/bin/$cmd"; done
 link "$K8S/etcd-v$ETCD_VERSION/bin/etcd"
 link "$K8S/kwok-v$KWOK_VERSION/bin/kwok"
+for cmd in $VOLCANO_CMDS; do link "$K8S/$cmd-v$VOLCANO_VERSION/bin/$cmd"; done
+link "$K8S/training-operator-v$TRAINING_OPERATOR_VERSION/bin/training-operator"
+# What the twin checks against the stack's pins.
+printf '{"kubernetes": "v%s", "etcd": "v%s", "kwok": "v%s", "volcano": "v%s", "volcanoApis": "%s", "trainingOperator": "v%s"}\n' \
+  "$KUBERNETES_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$VOLCANO_VERSION" \
+  "$(cat "$K8S/volcano-v$VOLCANO_VERSION.apis" 2>/dev/null || echo unknown)" "$TRAINING_OPERATOR_VERSION" \
+  >"$tmp/versions.json"
 chmod 0755 "$tmp"
 mv -T "$tmp" "$BIN"
 log "kube-apiserver: $("$BIN/kube-apiserver" --version 2>&1 || true)"

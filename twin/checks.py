@@ -1,0 +1,154 @@
+"""What the twin's cluster must show once the stack is applied: each check reads the objects
+back from the API server (pods, PodGroups, jobs, events) and returns what a user would see go
+wrong on hardware, one line each; an empty list means the check holds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .controlplane import ControlPlane
+
+Obj = Mapping[str, Any]
+JOB_LABEL = "training.kubeflow.org/job-name"
+GPU = "nvidia.com/gpu"
+
+
+def _key(o: Obj) -> str:
+    return f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+
+
+def _time(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def _gpus(pod: Obj) -> int:
+    return sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
+               for c in pod["spec"]["containers"])
+
+
+def podgroups_running(podgroups: Sequence[Obj]) -> Iterator[str]:
+    """Every gang was admitted by its queue and started (a finished one has completed)."""
+    for pg in podgroups:
+        phase = pg.get("status", {}).get("phase", "none")
+        if phase not in ("Running", "Completed"):
+            why = [c.get("message", "") for c in pg.get("status", {}).get("conditions", [])
+                   if c.get("status") == "True" and c.get("message")]
+            yield (f"PodGroup {_key(pg)} (queue {pg['spec'].get('queue')}, minMember "
+                   f"{pg['spec'].get('minMember')}) is {phase}: {'; '.join(why) or 'no reason'}")
+
+
+def training_on_whole_nodes_of_one_su(pods: Sequence[Obj], nodes: Sequence[Obj],
+                                      su_label: str, su_size: int) -> Iterator[str]:
+    """A multi-node job's GPU pods each take a whole node, and stay in one SU when it fits."""
+    by_node = {n["metadata"]["name"]: n for n in nodes}
+    jobs: dict[str, list[Obj]] = defaultdict(list)
+    for p in pods:
+        if JOB_LABEL in p["metadata"].get("labels", {}) and _gpus(p) and \
+                p.get("status", {}).get("phase") == "Running":
+            jobs[f"{p['metadata']['namespace']}/{p['metadata']['labels'][JOB_LABEL]}"].append(p)
+    for job, members in sorted(jobs.items()):
+        hosts = [p["spec"].get("nodeName") for p in members]
+        if len(set(hosts)) != len(hosts):
+            yield f"job {job}: two of its GPU pods share a node ({sorted(hosts)})"
+        for p in members:
+            node = by_node.get(p["spec"].get("nodeName", ""))
+            if node and _gpus(p) != int(node["status"]["allocatable"].get(GPU, 0)):
+                yield f"job {job}: pod {p['metadata']['name']} takes part of a node"
+        sus = {by_node[h]["metadata"]["labels"].get(su_label) for h in hosts if h in by_node}
+        if len(members) <= su_size and len(sus) > 1:
+            yield f"job {job}: spans SUs {sorted(map(str, sus))} though it fits in one"
+
+
+def replicas_on_distinct_nodes(pods: Sequence[Obj]) -> Iterator[str]:
+    """Serving replicas of one Deployment never share a node (a node loss takes one)."""
+    sets: dict[str, list[str]] = defaultdict(list)
+    for p in pods:
+        owners = [o for o in p["metadata"].get("ownerReferences", [])
+                  if o["kind"] == "ReplicaSet"]
+        if owners and _gpus(p) and p["spec"].get("nodeName"):
+            deployment = owners[0]["name"].rsplit("-", 1)[0]
+            sets[f"{p['metadata']['namespace']}/{deployment}"].append(p["spec"]["nodeName"])
+    for name, hosts in sorted(sets.items()):
+        if len(set(hosts)) != len(hosts):
+            yield f"Deployment {name}: replicas share a node ({sorted(hosts)})"
+
+
+def gate_ran_alone(jobs: Sequence[Obj], podgroups: Sequence[Obj],
+                   gate_jobs: Sequence[str]) -> Iterator[str]:
+    """The acceptance job finished before any other gang was created."""
+    finished = {}
+    for j in jobs:
+        if _key(j) in gate_jobs:
+            done = [c for c in j.get("status", {}).get("conditions", [])
+                    if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+            if not done:
+                yield f"acceptance job {_key(j)} never finished"
+                continue
+            finished[_key(j)] = _time(done[0]["lastTransitionTime"])
+    if not finished:
+        return
+    end = max(finished.values())
+    for pg in podgroups:
+        owner = [o["name"] for o in pg["metadata"].get("ownerReferences", [])]
+        mine = any(f"{pg['metadata']['namespace']}/{o}" in gate_jobs for o in owner)
+        created = _time(pg["metadata"]["creationTimestamp"])
+        if not mine and created < end:
+            yield (f"PodGroup {_key(pg)} was created at {created:%H:%M:%S}, before the "
+                   f"acceptance test finished at {end:%H:%M:%S}")
+
+
+def pod_security(events: Sequence[Obj]) -> Iterator[str]:
+    """Pod Security admission refused no pod a controller tried to create."""
+    for e in events:
+        if "PodSecurity" in e.get("message", "") and e["reason"] in ("FailedCreate",
+                                                                      "FailedCreatePodReason"):
+            yield f"{e['involvedObject']['kind']} {e['metadata']['namespace']}/" \
+                  f"{e['involvedObject']['name']}: {e['message']}"
+
+
+def drain_honours_budget(cp: ControlPlane, pods: Sequence[Obj], budgets: Sequence[Obj],
+                         seen: list[str]) -> Iterator[str]:
+    """`kubectl drain` of one serving node goes through; of a second one, while the first
+    replica has nowhere to go (every GPU node cordoned for a maintenance wave), is refused by
+    the PodDisruptionBudget, and the replica keeps running."""
+    for pdb in budgets:
+        ns = pdb["metadata"]["namespace"]
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        hosts = sorted({p["spec"]["nodeName"] for p in pods
+                        if p["metadata"]["namespace"] == ns and p["spec"].get("nodeName")
+                        and selector.items() <= p["metadata"].get("labels", {}).items()})
+        if len(hosts) < 2:
+            yield f"PodDisruptionBudget {_key(pdb)}: fewer than two replicas run ({hosts})"
+            continue
+        gpu_nodes = [n["metadata"]["name"] for n in cp.get("nodes")["items"]
+                     if GPU in n["status"].get("allocatable", {})]
+        drain = ("drain", "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                 "--timeout=20s")
+        try:
+            for n in gpu_nodes:
+                cp.kubectl("cordon", n)
+            first = cp.kubectl(*drain, hosts[0], check=False)
+            if first.returncode != 0:
+                yield f"drain {hosts[0]} failed: {first.stderr.strip()[-300:]}"
+                continue
+            seen.append(f"drain {hosts[0]}: {_last_line(first.stdout)}")
+            second = cp.kubectl(*drain, hosts[1], check=False)
+            refusal = [ln for ln in second.stderr.splitlines() if "disruption budget" in ln]
+            seen.append(f"drain {hosts[1]} (every GPU node cordoned): "
+                        f"{(refusal or [_last_line(second.stderr)])[0][:300]}")
+            if second.returncode == 0:
+                yield (f"drain {hosts[1]} evicted the last running replica of {_key(pdb)}: "
+                       "the PodDisruptionBudget did not hold")
+            elif "disruption budget" not in second.stderr:
+                yield f"drain {hosts[1]} failed for another reason: {second.stderr[-300:]}"
+        finally:
+            for n in gpu_nodes:
+                cp.kubectl("uncordon", n, check=False)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
