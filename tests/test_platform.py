@@ -403,10 +403,21 @@ def test_each_queue_holds_exactly_the_gangs_it_must_run(build):
 
 
 def test_volcano_schedules_by_hypernode():
+    """Volcano 1.15's network-topology-aware plugin scores pods without a network topology (all
+    of ours: the Training Operator's PodGroups carry none) by HyperNode fill, with the keys its
+    source reads (hypernode.binpack.normal-pod.enable, hypernode.binpack.resources[.<name>]);
+    binpack reads binpack.weight and binpack.resources[.<name>]."""
     values = {r.name: r.values for r in platform.helm_releases(prod())}["volcano"]
     conf = yaml.safe_load(values["custom"]["scheduler_config_override"])
-    plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
+    plugins = {p["name"]: p.get("arguments", {}) for tier in conf["tiers"]
+               for p in tier["plugins"]}
     assert {"gang", "network-topology-aware", "predicates", "proportion"} <= set(plugins)
+    assert plugins["network-topology-aware"] == {
+        "hypernode.binpack.normal-pod.enable": True,
+        "hypernode.binpack.resources": "nvidia.com/gpu",
+        "hypernode.binpack.resources.nvidia.com/gpu": 10}
+    assert plugins["binpack"]["binpack.resources"] == "nvidia.com/gpu"
+    assert plugins["binpack"]["binpack.resources.nvidia.com/gpu"] == 10
     assert "enqueue" in conf["actions"] and "allocate" in conf["actions"]
 
 

@@ -78,8 +78,15 @@ def prometheus_url(cluster: Cluster) -> str:
 
 
 def volcano_scheduler_config() -> str:
-    """Gang scheduling plus HyperNode-aware placement (network-topology-aware, Volcano 1.12+):
-    a job's pods are packed into the lowest tier (one SU) that can hold them."""
+    """Gang scheduling, GPU bin-packing, and SU-level packing over the HyperNodes.
+
+    The Training Operator's PodGroups carry no `networkTopology`, so no job gets Volcano's hard
+    HyperNode constraint (the SU constraint is the pods' own affinity, see
+    workloads.topology_affinity). The HyperNodes still place every pod: for pods without a
+    network topology, network-topology-aware scores each node by how full its HyperNodes
+    already are (hypernode.binpack.normal-pod.*, on by default in Volcano 1.15;
+    batchNodeOrderFnForNormalPods), so GPU work fills an SU before it opens the next and whole
+    SUs stay free for the largest gangs. Weighted on GPUs here, like binpack."""
     return "\n".join([
         'actions: "enqueue, allocate, backfill"',
         "tiers:",
@@ -102,6 +109,10 @@ def volcano_scheduler_config() -> str:
         "      binpack.resources: nvidia.com/gpu",
         "      binpack.resources.nvidia.com/gpu: 10",
         "  - name: network-topology-aware",
+        "    arguments:",
+        "      hypernode.binpack.normal-pod.enable: true",
+        "      hypernode.binpack.resources: nvidia.com/gpu",
+        "      hypernode.binpack.resources.nvidia.com/gpu: 10",
         "",
     ])
 
