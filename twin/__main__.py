@@ -41,9 +41,10 @@ from .run import (
     apply_probes,
     gates,
     load_rendering,
-    manifest_key,
+    object_key,
     prepare,
     settle,
+    snapshot,
     training_operator_objects,
     wait_for_job,
     write,
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "every host: a KWOK node with the planned labels, taints and allocatable resources",
         "Volcano and the Training Operator: processes on this machine, their webhooks "
         "reached through their Services' endpoints; Volcano built against volcano.sh/apis "
-        f"{built.get('volcanoApis', 'v1.14.0')} (the module proxy serves no v1.15 API module)",
+        f"{built.get('volcanoApis', 'unknown')} (the module proxy serves no v1.15 API module)",
         "every acceptance gate: the twin waits for its job; the launcher's mpirun is a KWOK "
         "stage that exits 0 after 5 s (no NCCL output to check)"])
     try:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 modules["github.com/kubeflow/training-operator"], work)
             apply_manifests(cp, operator, report)
             start_training_operator(cp, operator, address)
-            apply_manifests(cp, [m for m in manifests if manifest_key(m) not in after_gates],
+            apply_manifests(cp, [m for m in manifests if object_key(m) not in after_gates],
                             report)
             apply_probes(cp, releases, report)
             register_csi_drivers(cp, manifests)
@@ -130,14 +131,14 @@ def main(argv: list[str] | None = None) -> int:
                 report.gates[g.name] = wait_for_job(cp, g.job, timeout=args.gate_timeout)
             # `pulumi up` stops at a failed gate: what waits for it is never created.
             if all("Succeeded" in state for state in report.gates.values()):
-                apply_manifests(cp, [m for m in manifests if manifest_key(m) in after_gates],
+                apply_manifests(cp, [m for m in manifests if object_key(m) in after_gates],
                                 report)
-            pods = settle(cp, report)
-            verify(cp, cluster, pods, plan_gates, report)
+            state = snapshot(cp, settle(cp, report))
+            verify(cluster, state, plan_gates, report)
             report.failures += checks.drain_honours_budget(
-                cp, pods, [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
+                cp, state["pods"], [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
                 report.seen)
-            write(args.out, cp, pods, report)
+            write(args.out, state, report)
     except ControlPlaneError as err:
         print(f"twin: {err}", file=sys.stderr)
         return 2
@@ -159,18 +160,16 @@ def scheduler_conf(releases: list[dict]) -> str:
     return volcano["values"]["custom"]["scheduler_config_override"]
 
 
-def verify(cp: ControlPlane, cluster: Cluster, pods: list[dict], plan_gates: list[Gate],
+def verify(cluster: Cluster, state: dict[str, list[dict]], plan_gates: list[Gate],
            report: TwinReport) -> None:
-    podgroups = cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"]
-    jobs = [j for kind in ("pytorchjobs", "mpijobs")
-            for j in cp.get(f"{kind}.kubeflow.org", "--all-namespaces")["items"]]
+    pods, podgroups = state["pods"], state["podgroups"]
     report.failures += checks.podgroups_running(podgroups)
     report.failures += checks.training_on_whole_nodes_of_one_su(
-        pods, cp.get("nodes")["items"], su_label_key(cluster), largest_su(cluster))
+        pods, state["nodes"], su_label_key(cluster), largest_su(cluster))
     report.failures += checks.replicas_on_distinct_nodes(pods)
-    report.failures += checks.gate_ran_alone(jobs, podgroups,
+    report.failures += checks.gate_ran_alone(state["jobs"], podgroups,
                                              [f"{g.job[1]}/{g.job[2]}" for g in plan_gates])
-    report.failures += checks.pod_security(cp.get("events", "--all-namespaces")["items"])
+    report.failures += checks.pod_security(state["events"])
     report.failures += [f"acceptance {k}: {v}" for k, v in report.gates.items()
                         if "Succeeded" not in v]
 

@@ -130,11 +130,9 @@ def apply_manifests(cp: ControlPlane, manifests: Iterable[dict[str, Any]],
                     report: TwinReport) -> None:
     # Namespaces first, as `pulumi up` orders them.
     for m in sorted(manifests, key=lambda m: m["kind"] != "Namespace"):
+        _submit(cp, m, report)
         if m["kind"] == "Namespace":
-            _submit(cp, m, report)
             cp.wait_for_service_account(m["metadata"]["name"])
-        else:
-            _submit(cp, m, report)
 
 
 def apply_probes(cp: ControlPlane, releases: list[dict[str, Any]], report: TwinReport) -> None:
@@ -174,15 +172,12 @@ class Gate:
     after: frozenset[tuple[str, str, str]]  # objects the plan creates only once it passed
 
 
-def _object_key(inputs: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    meta = inputs.get("metadata") or {}
-    if "kind" not in inputs or "name" not in meta:
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) of a manifest or of a plan resource's inputs."""
+    meta = obj.get("metadata") or {}
+    if "kind" not in obj or "name" not in meta:
         return None
-    return (inputs["kind"], meta.get("namespace", ""), meta["name"])
-
-
-def manifest_key(m: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
 
 
 def gates(plan: Mapping[str, Any]) -> list[Gate]:
@@ -204,13 +199,13 @@ def gates(plan: Mapping[str, Any]) -> list[Gate]:
         if r["type"] != "command:remote:Command" or parent.get("type") != \
                 "gpucluster:workloads:Workload":
             continue
-        jobs = [_object_key(res[d]["inputs"]) for d in r["options"]["dependsOn"]
+        jobs = [object_key(res[d]["inputs"]) for d in r["options"]["dependsOn"]
                 if d in res and res[d]["type"].startswith("kubernetes:")
                 and res[d]["inputs"].get("kind") in JOB_KINDS]
         if not jobs:
             continue
         after = frozenset(k for u, o in res.items() if o["type"].startswith("kubernetes:")
-                          and r["urn"] in closure(u) and (k := _object_key(o["inputs"])))
+                          and r["urn"] in closure(u) and (k := object_key(o["inputs"])))
         found.append(Gate(r["name"], jobs[0], after))
     return found
 
@@ -280,22 +275,29 @@ def settle(cp: ControlPlane, report: TwinReport, timeout: float = 120,
     return pods
 
 
-def write(out: Path, cp: ControlPlane, pods: list[dict[str, Any]], report: TwinReport) -> None:
+def snapshot(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """What the checks read and build/twin/ keeps, read once after the cluster settled."""
+    return {
+        "pods": pods,
+        "nodes": cp.get("nodes")["items"],
+        "podgroups": cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"],
+        "jobs": [j for kind in JOB_KINDS
+                 for j in cp.get(f"{kind.lower()}s.kubeflow.org", "--all-namespaces")["items"]],
+        "events": cp.get("events", "--all-namespaces")["items"],
+    }
+
+
+def write(out: Path, state: Mapping[str, list[dict[str, Any]]], report: TwinReport) -> None:
     out.mkdir(parents=True, exist_ok=True)
     dump = lambda name, obj: (out / name).write_text(  # noqa: E731
         json.dumps(obj, indent=1, sort_keys=True) + "\n")
-    dump("pods.json", pods)
-    dump("nodes.json", cp.get("nodes")["items"])
-    dump("podgroups.json", cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"])
-    dump("jobs.json", [j for kind in JOB_KINDS for j in cp.get(
-        f"{kind.lower()}s.kubeflow.org", "--all-namespaces")["items"]])
-    events = cp.get("events", "--all-namespaces")["items"]
+    for name in ("pods", "nodes", "podgroups", "jobs"):
+        dump(f"{name}.json", state[name])
     (out / "events.txt").write_text("".join(
         f"{e['metadata']['namespace']}\t{e['involvedObject']['kind']}/"
         f"{e['involvedObject']['name']}\t{e['reason']}\t{e.get('message', '')}\n"
-        for e in events))
+        for e in state["events"]))
     dump("report.json", {
         "rejected": report.rejected, "unscheduled": report.unscheduled,
         "placed": report.placed, "failures": report.failures, "gates": report.gates,
-        "seen": report.seen,
-        "standIns": report.stand_ins})
+        "seen": report.seen, "standIns": report.stand_ins})
