@@ -134,3 +134,44 @@ def test_every_gpu_pod_names_a_priority_class_the_stack_creates() -> None:
     assert classes[platform.INFERENCE_PRIORITY]["value"] > classes[platform.TRAINING_PRIORITY][
         "value"]
     assert classes[platform.TRAINING_PRIORITY]["preemptionPolicy"] == "Never"
+
+
+# Components whose chart has no priority key at the pinned version (Network Operator 26.4.1's
+# operator Deployment and its bundled Node Feature Discovery chart): they run on the
+# control-plane hosts, where no workload pod competes with them.
+NO_PRIORITY_KEY = {"network-operator/operator", "network-operator/nfd-master",
+                   "network-operator/nfd-gc"}
+
+
+@pytest.mark.parametrize("release,component", CASES, ids=[f"{r}-{c.name}" for r, c in CASES])
+def test_every_chart_component_outranks_the_workloads(release: str, component) -> None:  # noqa: ANN001
+    """Node agents share GPU nodes with serving pods whose class preempts lower priorities:
+    they get Kubernetes' system-node-critical; controllers system-cluster-critical."""
+    spec = release_placement.probes(release, RELEASES[release].values)[component.name]
+    if f"{release}/{component.name}" in NO_PRIORITY_KEY:
+        assert "priorityClassName" not in spec
+        return
+    wanted = {"every-node": {"system-node-critical"},
+              "system": {"system-cluster-critical", "system-node-critical"}}[component.runs_on]
+    assert spec["priorityClassName"] in wanted, (release, component.name, spec)
+
+
+def test_priorities_are_set_at_the_charts_own_keys() -> None:
+    """The keys each chart reads (its values.yaml and templates): one global key for all of
+    cert-manager's pods, per component elsewhere; nothing where the chart sets it itself."""
+    v = {name: r.values for name, r in RELEASES.items()}
+    assert v["cert-manager"]["global"]["priorityClassName"] == "system-cluster-critical"
+    assert v["metallb"]["speaker"]["priorityClassName"] == "system-node-critical"
+    assert v["metallb"]["controller"]["priorityClassName"] == "system-cluster-critical"
+    assert v["prometheus"]["prometheus-node-exporter"]["priorityClassName"] == \
+        "system-node-critical"
+    assert v["prometheus"]["prometheus"]["prometheusSpec"]["priorityClassName"] == \
+        "system-cluster-critical"
+    assert v["ingress-nginx"]["controller"]["admissionWebhooks"]["patch"][
+        "priorityClassName"] == "system-cluster-critical"
+    assert v["prometheus-adapter"]["priorityClassName"] == "system-cluster-critical"
+    # The GPU Operator defaults its operator to system-node-critical; Volcano hard-codes
+    # system-cluster-critical: the stack leaves both alone.
+    assert "priorityClassName" not in v["gpu-operator"]["operator"]
+    assert "priorityClassName" not in str(v["volcano"])
+    assert "priorityClassName" not in str(v["network-operator"])

@@ -435,9 +435,11 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     ops = yaml.safe_load(patch["patch"])
     assert ops[0] == {"op": "add", "path": "/spec/template/spec/containers/0/command/-",
                       "value": "--gang-scheduler-name=volcano"}
-    # And a node: the upstream Deployment tolerates no taint (placement: test_twin.py).
+    # And a node: the upstream Deployment tolerates no taint (placement: test_twin.py), and
+    # a system priority (the twin checks the one the API server admits).
     assert {o["path"] for o in ops[1:]} == {"/spec/template/spec/nodeSelector",
-                                            "/spec/template/spec/tolerations"}
+                                            "/spec/template/spec/tolerations",
+                                            "/spec/template/spec/priorityClassName"}
     with pytest.raises(ValueError, match="v1.9.3"):
         platform.check_training_operator_dir(text, "v1.9.3")
     plan = {r["name"]: r for r in json.loads((build / "plan.json").read_text())["resources"]}

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from conftest import REPO
 
+AGENT = "gpucluster.io/twin-node-agent"  # the label the twin puts on node-agent probes
+
 CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster")
 BINS = sorted((CACHE / "k8s").glob("bin-*"))
@@ -166,7 +168,7 @@ def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> N
 
 
 def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) -> None:  # noqa: ANN001
-    seen = twin["report"]["seen"]
+    seen = [s for s in twin["report"]["seen"] if s.startswith("drain ")]
     assert len(seen) == 2 and seen[0].endswith("drained"), seen
     assert "Cannot evict pod as it would violate the pod's disruption budget" in seen[1], seen
 
@@ -216,19 +218,54 @@ def test_nccl_workers_kept_after_the_test_starve_training(tmp_path: Path) -> Non
     assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
 
 
-def test_a_release_without_its_tolerations_leaves_its_pods_without_a_node(
-        tmp_path: Path) -> None:
-    """The defect the placement values fix, put back: cert-manager with the chart's own
-    placement only. The real scheduler finds no node (every node is tainted)."""
+def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) -> None:  # noqa: ANN001
+    """Kubernetes' built-in classes, resolved by the API server's Priority admission:
+    node agents system-node-critical (2000001000) on every node, above the serving class
+    that preempts; controllers at least system-cluster-critical (2000000000). Only the
+    Network Operator 26.4.1 chart, which has no key for it, leaves three controllers at 0 on
+    the control plane, and the report says so."""
+    pods = [p for p in twin["pods"] if p["spec"].get("nodeName")]
+    agents: dict[str, set[str]] = {}
+    for p in pods:
+        if agent := p["metadata"].get("labels", {}).get(AGENT):
+            agents.setdefault(agent, set()).add(p["spec"]["nodeName"])
+            assert p["spec"]["priority"] == 2000001000, p["metadata"]["name"]
+    every = {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
+    assert agents == {"metallb.speaker": every, "prometheus.node-exporter": every}
+    low = sorted(p["metadata"]["name"] for p in pods if p["spec"].get("priority", 0) < 2000000000
+                 and p["metadata"]["namespace"] not in ("training", "inference"))
+    assert low == ["probe-network-operator-nfd-gc", "probe-network-operator-nfd-master",
+                   "probe-network-operator-operator"]
+    notes = [s for s in twin["report"]["seen"] if "priority" in s]
+    assert len(notes) == 3 and all("on mgmt-01, where no workload runs" in s for s in notes)
+    operator = next(p for p in pods if p["metadata"]["namespace"] == "kubeflow")
+    assert operator["spec"]["priority"] == 2000000000
+
+
+def test_a_release_without_its_tolerations_or_priority_fails(tmp_path: Path) -> None:
+    """Defects the placement values fix, put back: cert-manager with the chart's own
+    placement only (the real scheduler finds no node: every node is tainted), MetalLB's
+    speaker at the chart's default priority 0 on GPU nodes, below the serving class that
+    preempts lower priorities, and node-exporter's tolerations overridden to none."""
     def edit(rendering: Path) -> None:
         def strip(doc: dict) -> None:
             for block in (doc["values"], *(doc["values"][k] for k in
                                            ("webhook", "cainjector", "startupapicheck"))):
                 block.pop("tolerations"), block.pop("nodeSelector")
         edit_yaml(rendering / "helm" / "cert-manager.yaml", strip)
+        edit_yaml(rendering / "helm" / "metallb.yaml",
+                  lambda doc: doc["values"]["speaker"].pop("priorityClassName"))
+        edit_yaml(rendering / "helm" / "prometheus.yaml", lambda doc: doc["values"][
+            "prometheus-node-exporter"].update(tolerations=[]))
     res = mutated(tmp_path, edit)
     assert res["code"] == 1, res["out"]
     assert set(res["report"]["unscheduled"]) == {
         f"cert-manager/probe-cert-manager-{c}" for c in (
             "controller", "webhook", "cainjector", "startupapicheck")}
     assert all("untolerated taint" in why for why in res["report"]["unscheduled"].values())
+    low = [f for f in res["report"]["failures"] if "probe-metallb-speaker" in f]
+    assert len(low) == 8 and all("priority 0 (no class) on GPU node" in f for f in low), \
+        res["report"]["failures"]
+    # A node agent whose tolerations are overridden: the DaemonSet controller covers no node.
+    assert "node agent monitoring/probe-prometheus-node-exporter runs on 0 of 9 " \
+        "nodes; none on gpu-node-00" in "\n".join(res["report"]["failures"])

@@ -20,7 +20,12 @@ from pathlib import Path
 
 from components.config import Cluster, validate_cluster
 from components.planning.nodes import planned_nodes
-from components.planning.platform import training_operator_kustomization
+from components.planning.platform import (
+    inference_namespaces,
+    priority_classes,
+    training_namespaces,
+    training_operator_kustomization,
+)
 from components.planning.workloads import largest_su, su_label_key
 from offline.stackconfig import load_stack_config
 
@@ -35,6 +40,7 @@ from .operators import (
     start_volcano,
 )
 from .run import (
+    AGENT_LABEL,
     Gate,
     TwinReport,
     apply_manifests,
@@ -170,6 +176,11 @@ def verify(cluster: Cluster, state: dict[str, list[dict]], plan_gates: list[Gate
     report.failures += checks.gate_ran_alone(state["jobs"], podgroups,
                                              [f"{g.job[1]}/{g.job[2]}" for g in plan_gates])
     report.failures += checks.pod_security(state["events"])
+    report.failures += checks.node_agents_on_every_node(
+        state["daemonsets"], pods, state["nodes"], AGENT_LABEL)
+    report.failures += checks.system_pods_outrank_workloads(
+        pods, state["nodes"], training_namespaces(cluster) + inference_namespaces(cluster),
+        max(pc["value"] for pc in priority_classes()), report.seen)
     report.failures += [f"acceptance {k}: {v}" for k, v in report.gates.items()
                         if "Succeeded" not in v]
 

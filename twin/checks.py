@@ -76,6 +76,49 @@ def replicas_on_distinct_nodes(pods: Sequence[Obj]) -> Iterator[str]:
             yield f"Deployment {name}: replicas share a node ({sorted(hosts)})"
 
 
+def system_pods_outrank_workloads(pods: Sequence[Obj], nodes: Sequence[Obj],
+                                  workload_namespaces: Sequence[str], workload_priority: int,
+                                  notes: list[str]) -> Iterator[str]:
+    """A node agent on a GPU node outranks every workload pod: otherwise a serving pod, whose
+    class preempts lower priorities, could evict it from a full node (its metrics, its L2
+    announcements, its network or storage plugin gone). Controllers on the control-plane
+    hosts, where no workload runs, are noted when they keep a workload-level priority."""
+    gpu_nodes = {n["metadata"]["name"] for n in nodes
+                 if any(t["key"] == GPU for t in n["spec"].get("taints", []))}
+    for p in sorted(pods, key=_key):
+        node = p["spec"].get("nodeName")
+        if p["metadata"]["namespace"] in workload_namespaces or not node:
+            continue
+        priority = p["spec"].get("priority", 0)
+        if priority > workload_priority:
+            continue
+        what = (f"{_key(p)}: priority {priority} "
+                f"({p['spec'].get('priorityClassName') or 'no class'})")
+        if node in gpu_nodes:
+            yield f"{what} on GPU node {node} is not above the workloads' {workload_priority}"
+        else:
+            notes.append(f"{what} on {node}, where no workload runs")
+
+
+def node_agents_on_every_node(daemonsets: Sequence[Obj], pods: Sequence[Obj],
+                              nodes: Sequence[Obj], agent_label: str) -> Iterator[str]:
+    """A node agent (metrics exporter, L2 speaker) covers every node: the DaemonSet controller
+    makes no pod for a node whose taints the agent does not tolerate, so a missing toleration
+    shows as a node without its agent, not as a pending pod."""
+    everywhere = {n["metadata"]["name"] for n in nodes}
+    for ds in sorted(daemonsets, key=_key):
+        agent = ds["metadata"].get("labels", {}).get(agent_label)
+        if agent is None:
+            continue
+        on = {p["spec"].get("nodeName") for p in pods
+              if p["metadata"].get("labels", {}).get(agent_label) == agent
+              and p.get("status", {}).get("phase") == "Running"}
+        missing = sorted(everywhere - on)
+        if missing:
+            yield (f"node agent {_key(ds)} runs on {len(everywhere) - len(missing)} of "
+                   f"{len(everywhere)} nodes; none on {', '.join(missing)}")
+
+
 def gate_ran_alone(jobs: Sequence[Obj], podgroups: Sequence[Obj],
                    gate_jobs: Sequence[str]) -> Iterator[str]:
     """The acceptance job finished before any other gang was created."""

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from components.planning.nodes import PlannedNode
-from components.planning.release_placement import probes
+from components.planning.release_placement import COMPONENTS, probes
 
 from .controlplane import ControlPlane
 
@@ -90,19 +90,30 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']} {ns}{meta['name']}"
 
 
-def probe_pod(release: str, component: str, namespace: str,
-              placement: Mapping[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"probe-{release}-{component}"[:63].rstrip("-"),
-                         "namespace": namespace,
-                         "labels": {"gpucluster.io/twin-probe": release}},
-            "spec": {**placement,
-                     "containers": [{"name": "probe", "image": PAUSE,
-                                     "securityContext": {
-                                         "allowPrivilegeEscalation": False,
-                                         "runAsNonRoot": True, "runAsUser": 65532,
-                                         "capabilities": {"drop": ["ALL"]},
-                                         "seccompProfile": {"type": "RuntimeDefault"}}}]}}
+PROBE_LABEL = "gpucluster.io/twin-probe"
+AGENT_LABEL = "gpucluster.io/twin-node-agent"  # release/component of a node-agent probe
+
+
+def probe(release: str, component: str, namespace: str, placement: Mapping[str, Any],
+          node_agent: bool) -> dict[str, Any]:
+    """A pause pod with one chart component's placement and priority; a node agent's is a
+    DaemonSet, so the real DaemonSet controller decides which nodes it covers."""
+    name = f"probe-{release}-{component}"[:57].rstrip("-")
+    labels = {PROBE_LABEL: release, **({AGENT_LABEL: f"{release}.{component}"}
+                                       if node_agent else {})}
+    spec = {**placement,
+            "containers": [{"name": "probe", "image": PAUSE,
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "runAsNonRoot": True, "runAsUser": 65532,
+                                "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}}}]}
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    if not node_agent:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
+            "spec": {"selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
 
 
 def load_rendering(build: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -138,10 +149,13 @@ def apply_manifests(cp: ControlPlane, manifests: Iterable[dict[str, Any]],
 def apply_probes(cp: ControlPlane, releases: list[dict[str, Any]], report: TwinReport) -> None:
     for doc in releases:
         cp.wait_for_service_account(doc["namespace"])
+        agents = {c.name for c in COMPONENTS.get(doc["name"], ()) if c.runs_on == "every-node"}
         for component, placement in probes(doc["name"], doc["values"]).items():
-            _submit(cp, probe_pod(doc["name"], component, doc["namespace"], placement), report)
-        report.stand_ins.append(f"Helm release {doc['name']} ({doc['chart']} "
-                                f"{doc['version']}): probe pods with its placement values")
+            _submit(cp, probe(doc["name"], component, doc["namespace"], placement,
+                              component in agents), report)
+        report.stand_ins.append(f"Helm release {doc['name']} ({doc['chart']} {doc['version']}): "
+                                "probe pods (DaemonSets for node agents) with its placement "
+                                "and priority values")
 
 
 def training_operator_objects(cp: ControlPlane, kustomization: str, module: Path,
@@ -284,6 +298,7 @@ def snapshot(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, list[dic
         "jobs": [j for kind in JOB_KINDS
                  for j in cp.get(f"{kind.lower()}s.kubeflow.org", "--all-namespaces")["items"]],
         "events": cp.get("events", "--all-namespaces")["items"],
+        "daemonsets": cp.get("daemonsets", "--all-namespaces")["items"],
     }
 
 

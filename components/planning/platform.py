@@ -585,6 +585,10 @@ patches:
           - key: node-role.kubernetes.io/control-plane
             operator: Exists
             effect: NoSchedule
+      # A controller the jobs depend on: preempt workload pods before it is left pending.
+      - op: add
+        path: /spec/template/spec/priorityClassName
+        value: system-cluster-critical
 """
 
 
