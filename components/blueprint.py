@@ -17,9 +17,11 @@ from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
 from components.fabric import (
     FabricArgs,
     InfinibandFabric,
+    SubnetManagerArgs,
     SwitchArgs,
     sm_apply_script,
     sm_host_files,
+    sm_restart_order,
 )
 from components.hardware import BareMetalNodeArgs, Hardware
 from components.kube import cluster_provider
@@ -134,10 +136,14 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     fabric = None
     if core:
         assert hardware is not None
-        sm_files = {sm.hostname: sm_host_files(fabric_files, sm.hostname)
-                    for sm in fabric_plan.sm}
-        for host, files in sm_files.items():
-            artifacts[f"scripts/{host}/apply-opensm.sh"] = sm_apply_script(files)
+        sm_of = {sm.hostname: sm for sm in fabric_plan.sm}
+        master = max(fabric_plan.sm, key=lambda sm: sm.priority).hostname if sm_of else None
+        subnet_managers = {}
+        for host in sm_restart_order({h: sm.priority for h, sm in sm_of.items()}):
+            files = sm_host_files(fabric_files, host)
+            script = sm_apply_script(files, sm_of[host].hca, host == master)
+            artifacts[f"scripts/{host}/apply-opensm.sh"] = script
+            subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script)
         domain = cluster.network.domain
         ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
         switches = {
@@ -150,7 +156,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         for name, sw in switches.items():
             artifacts[f"fabric/switches/{name}.cli"] = sw.cli
         fabric = InfinibandFabric("fabric", FabricArgs(
-            sm_hosts={h: (hardware.nodes[h], files) for h, files in sm_files.items()},
+            sm_hosts=subnet_managers,
             switches=switches, switch_user=cluster.fabric.switch_user,
             switch_password=secrets.switch_password))
 

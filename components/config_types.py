@@ -111,6 +111,33 @@ def _pinned_image(v: str) -> str:
     return v
 
 
+_DRIVE_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
+
+
+def _drive_size_tb(v: float) -> float:
+    if not 0.1 <= v <= 200:
+        raise ValueError("is not an NVMe drive size in TB || write the drive's marketed "
+                         "capacity in decimal terabytes, as `nvme list` shows it (e.g. 3.84 "
+                         "for the U.2 data drives of a DGX H100)")
+    return v
+
+
+def _drive_model(v: str) -> str:
+    if not _DRIVE_MODEL.match(v):
+        raise ValueError("is not an NVMe model name || use all or part of the model "
+                         "`nvme list` or /sys/block/<dev>/device/model shows: letters, "
+                         "digits, spaces, '.', '_' and '-', at most 40 characters")
+    return v
+
+
+def _retired_nvme_key(v: Any) -> None:
+    raise ValueError(
+        "is retired: kernel NVMe names are enumeration order, not identities, and on a DGX "
+        "H100 nvme0n1..nvme7n1 can include the two M.2 OS drives || delete nvmeDevices and "
+        "nvmeSizeTb and describe the data drives instead, e.g. dataDrives: {sizeTb: 3.84, "
+        "count: 8} (docs/hosts.md, 'Local NVMe scratch on DGX OS')")
+
+
 def _exact_version(v: str) -> str:
     if not _EXACT_VERSION.match(v):
         raise ValueError("is not an exact version || pin one release like v26.3.2 (no "
@@ -150,6 +177,11 @@ PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 ExactVersion = Annotated[str, AfterValidator(_exact_version)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
 PKey = Annotated[int, BeforeValidator(_pkey)]
+DriveSizeTb = Annotated[float, AfterValidator(_drive_size_tb)]
+DriveModel = Annotated[str, AfterValidator(_drive_model)]
+RetiredNvmeKey = Annotated[None, BeforeValidator(_retired_nvme_key)]
+
+
 def _read_only(v: dict) -> Mapping:
     """Mappings inside the frozen model cannot be changed after validation either."""
     return MappingProxyType(dict(v))

@@ -27,19 +27,40 @@ class SwitchArgs:
 
 
 @dataclass(frozen=True)
+class SubnetManagerArgs:
+    node: BareMetalNode
+    files: dict[str, str]  # absolute path on the host -> text
+    script: str  # sm_apply_script of the files
+
+
+@dataclass(frozen=True)
 class FabricArgs:
-    sm_hosts: dict[str, tuple[BareMetalNode, dict[str, str]]]  # host -> (node, file -> text)
+    # host -> its subnet manager, in restart order: standbys first, the master last
+    sm_hosts: dict[str, SubnetManagerArgs]
     switches: dict[str, SwitchArgs]
     switch_user: str
     switch_password: Any  # a Pulumi secret
 
 
-def sm_apply_script(files: dict[str, str]) -> str:
-    """Install changed files (absolute path -> text), check them, restart opensm only then.
+SM_SETTLE_SECONDS = 300  # a heavy sweep of a large fabric plus a master handover
+
+
+def sm_restart_order(priorities: dict[str, int]) -> list[str]:
+    """Standbys first (lowest priority first), the master (highest) last: a change never
+    restarts both, and the fabric keeps a master while the standby rejoins."""
+    return sorted(priorities, key=lambda h: (priorities[h], h))
+
+
+def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
+    """Install changed files (absolute path -> text), check them, restart opensm only then,
+    and wait until it is back in its role.
 
     Everything is staged and checked before the first file is installed. A change leaves a
     restart-pending mark that only a successful restart clears, so a run that fails between
-    installing and restarting is finished by the next one.
+    installing and restarting is finished by the next one. After a restart the local SM's
+    state is read with `sminfo -D 0` (SMInfo over the directed route to this port): the master
+    must be MASTER again; a standby STANDBY (or MASTER when it is alone: at first bring-up it
+    runs before the master, which takes over by handover when it starts).
     """
     pending = "/var/lib/gpu-cluster/opensm-restart-pending"
     lines = [
@@ -76,11 +97,30 @@ def sm_apply_script(files: dict[str, str]) -> str:
         f"if [ -e {pending} ]; then",
         '  echo "subnet-manager files changed; restarting opensm"',
         "  systemctl restart opensm",
+        *("  " + line for line in sm_role_wait(ca, master)),
         f"  rm -f {pending}",
         "fi",
         "systemctl is-enabled --quiet opensm || systemctl enable --now opensm",
     ]
     return "\n".join(lines) + "\n"
+
+
+def sm_role_wait(ca: str, master: bool, seconds: int = SM_SETTLE_SECONDS) -> list[str]:
+    """Bash: poll the local SM's state until it is in its role; fail after `seconds`."""
+    want = "SMINFO_MASTER" if master else "SMINFO_STANDBY|SMINFO_MASTER"
+    return [
+        f"for _ in $(seq 1 {max(1, seconds // 5)}); do",
+        f"  state=$(sminfo -C {ca} -P 1 -D 0 2>/dev/null | grep -o 'SMINFO_[A-Z]*' || true)",
+        f'  case "$state" in {want}) break ;; esac',
+        "  sleep 5",
+        "done",
+        f'case "$state" in {want}) ;; *)',
+        f'  echo "opensm on {ca} is ${{state:-not answering}} {seconds} s after its restart, '
+        f'not {"MASTER" if master else "STANDBY"}; the next run retries" >&2',
+        "  exit 1 ;;",
+        "esac",
+        f'echo "opensm on {ca} is back: $state"',
+    ]
 
 
 def sm_host_files(fabric_files: dict[str, str], host: str) -> dict[str, str]:
@@ -99,17 +139,21 @@ class InfinibandFabric(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:fabric:InfinibandFabric", name, {"facts": fabric_facts(
             {sw: s.cli for sw, s in args.switches.items()},
-            {host: files for host, (_, files) in args.sm_hosts.items()})}, opts)
-        self.subnet_managers = {
-            host: remote_command(
+            {host: sm.files for host, sm in args.sm_hosts.items()})}, opts)
+        # One at a time, in the order given (standbys, then the master): each waits for the
+        # previous one to be back in its role.
+        self.subnet_managers: dict[str, command.remote.Command] = {}
+        previous: list[pulumi.Resource] = []
+        for host, sm in args.sm_hosts.items():
+            self.subnet_managers[host] = remote_command(
                 f"{host}-opensm",
-                connection=node.connection,
+                connection=sm.node.connection,
                 create="sudo bash -s",
-                stdin=sm_apply_script(files),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[node.prepared]),
+                stdin=sm.script,
+                opts=pulumi.ResourceOptions(parent=self,
+                                            depends_on=[sm.node.prepared, *previous]),
             )
-            for host, (node, files) in sorted(args.sm_hosts.items())
-        }
+            previous = [self.subnet_managers[host]]
         self.switches = {
             sw: remote_command(
                 f"{sw}-config",

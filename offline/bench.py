@@ -44,7 +44,8 @@ def _bump(ip: str, su_index: int) -> str:
 
 
 def sm_slots(cluster: dict[str, Any]) -> int:
-    """Switch ports the subnet-manager hosts need (one each)."""
+    """Slots left free in a full last SU for the subnet-manager hosts (one per host; the
+    planner needs one slot for all of them, on different leaves)."""
     return len((cluster.get("fabric") or {}).get("subnetManagers") or [])
 
 
@@ -88,6 +89,9 @@ def scale_gpu_nodes(
     gpu["ranges"] = ranges
     gpu.pop("overrides", None)
     cluster.pop("inventoryFile", None)
+    # The fabric pins describe the original site's size; the planner derives them for this one.
+    for key in ("railsPerLeaf", "spines"):
+        (cluster.get("fabric") or {}).pop(key, None)
     # kubeadm gives every node a /24 of the pod CIDR: a larger site needs a wider one (10.128/9
     # and below stay clear of the management 10.10/16 and service 10.96/12 ranges).
     kubelets = nodes + sum(1 for h in cluster.get("hosts", ()) if h["role"] == "control-plane")

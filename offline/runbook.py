@@ -163,6 +163,24 @@ def _control_plane_settings(changes: Iterable[Change], kubelet: Change | None) -
     return sorted(hosts)
 
 
+def _sm_step(changes: Iterable[Change], sms: list[str],
+             new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (whose
+    apply script waits for MASTER) last."""
+    stdin = {h: str((new_inputs or {}).get(c.urn, {}).get("stdin", "")) for c in changes
+             if (h := _suffix(c.name, "-opensm")) in sms}
+    master = {h for h, text in stdin.items() if "not MASTER;" in text}
+    order = sorted(sms, key=lambda h: (h in master, h))
+    standbys = [h for h in order if h not in master]
+    text = ("subnet-manager files change on " + ", ".join(order) + ": `pulumi up` installs "
+            "them and restarts opensm only where content changed, one host at a time")
+    if master and standbys:
+        text += (f": the standby {', '.join(standbys)} first, back to STANDBY (sminfo) before "
+                 f"the master {', '.join(sorted(master))} restarts; the fabric keeps a master "
+                 "throughout (maintenance window)")
+    return text + ("" if master and standbys else " (maintenance window)")
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -233,9 +251,7 @@ def runbook(diff: Diff, stack: str = "prod",
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
                      + ", ".join(sorted(switches)))
     if sms:
-        steps.append("subnet-manager files change on " + ", ".join(sms) + ": `pulumi up` "
-                     "installs them and restarts opensm only where content changed; the master "
-                     "hands over to the standby during its restart (maintenance window)")
+        steps.append(_sm_step(changes, sms, new_inputs))
     for host in joining:
         steps.append(f"{host} joins: host preparation, its own join token, guarded kubeadm "
                      "join, placement labels")

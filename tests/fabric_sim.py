@@ -7,6 +7,7 @@ SIGTERM + wait on exit so no simulator or client slot leaks.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -15,10 +16,11 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.planning.fabric.ibnet import Topology
+from components.planning.fabric.ibnet import Topology, TopoNode
 from components.planning.fabric.model import (
     FabricNode,
     FabricPlan,
@@ -55,9 +57,11 @@ PROD_SMS = (SmHost("sm-01", 15, "r01", "0xb83fd20300f10002"),
 
 
 def prod_spec(**kw: object) -> FabricSpec:
-    """prod's fabric section: switches in r01, training/inference/storage pkeys."""
-    parts = (Partition("training", 0x0A01, "compute"),
-             Partition("inference", 0x0A02, "compute", hosts=("gpu-node-06", "gpu-node-07")),
+    """prod's fabric section (switches in r01, the data path partition with a Lustre server)
+    plus the other member types: a tenant on two hosts, storage clients limited."""
+    parts = (Partition("compute", 0x0A01, "compute", port_guids=(STORAGE_GUID,),
+                       data_path=True),
+             Partition("tenant", 0x0A02, "compute", hosts=("gpu-node-06", "gpu-node-07")),
              Partition("storage", 0x0B01, "storage", port_guids=(STORAGE_GUID,)))
     args: dict[str, object] = {"default_switch_rack": "r01", "partitions": parts}
     args.update(kw)
@@ -234,12 +238,83 @@ class SimFabric:
             still.append((sw_desc, ca_desc))
         return still
 
-    def pkeys(self, lid: int) -> list[int]:
+    def pkey_table(self, lid: int) -> list[int]:
+        """The port's P_Key table as `smpquery pkeys` reads it, index by index (0x0000 empty);
+        bit 15 is full membership."""
         res = self.run(["smpquery", "pkeys", str(lid)], 30)
         if res.returncode:
             raise RuntimeError(f"smpquery pkeys {lid} failed: {res.stderr[-500:]}")
-        return [int(x, 16) for x in re.findall(r"0x([0-9a-f]{4})", res.stdout)
-                if int(x, 16) != 0]
+        return [int(x, 16) for line in res.stdout.splitlines()
+                if re.match(r"^\s*\d+:", line) for x in re.findall(r"0x([0-9a-f]{4})", line)]
+
+    def pkeys(self, lid: int) -> list[int]:
+        return [k for k in self.pkey_table(lid) if k]
+
+    def start_opensm(self, conf: Path, host: str | None = None) -> subprocess.Popen[bytes]:
+        """opensm as a daemon on `host`'s port (default: the fabric's sim_host)."""
+        env = self._env(True)
+        if host:
+            env["SIM_HOST"] = host[:31]
+        return subprocess.Popen(["opensm", "-F", str(conf), "-f", str(conf) + ".log"],
+                                cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def sm_state(self, host: str) -> str:
+        """The state of the SM on `host`'s port, read over the directed route to itself."""
+        res = self.run_on(host, ["sminfo", "-D", "0"], 10)
+        m = re.search(r"SMINFO_[A-Z]+", res.stdout)
+        return m.group(0) if m else "none"
+
+    def run_on(self, host: str, args: list[str], timeout: float = 120
+               ) -> subprocess.CompletedProcess[str]:
+        saved, self.sim_host = self.sim_host, host
+        try:
+            return self.run(args, timeout)
+        finally:
+            self.sim_host = saved
+
+    @contextlib.contextmanager
+    def running_opensm(self, conf: Path, timeout: float = 120) -> Iterator[None]:
+        """opensm as a daemon (SA queries need one), up once it is master."""
+        proc = self.start_opensm(conf)
+        try:
+            deadline = time.monotonic() + timeout
+            while self.sm_state(self.sim_host or "") != "SMINFO_MASTER":
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = Path(str(conf) + ".log")
+                    raise RuntimeError("opensm did not become master: "
+                                       + (log.read_text()[-2000:] if log.exists() else ""))
+                time.sleep(0.5)
+            yield
+        finally:
+            self.stop(proc)
+
+    def path_pkey(self, slid: int, dlid: int) -> int | None:
+        """The P_Key of the SA's path record from `slid` to `dlid` (None: the SA returns no
+        path, i.e. the two ports share no P_Key in which one of them is a full member)."""
+        res = self.run(["saquery", "-p", "--slid", str(slid), "--dlid", str(dlid)], 30)
+        m = re.search(r"pkey\.+0x([0-9A-Fa-f]{4})", res.stdout)
+        return int(m.group(1), 16) if m else None
+
+    def ipoib_groups(self, host: str) -> dict[int, int]:
+        """P_Key -> MTU code of each IPoIB broadcast group `host` (an end port) can see."""
+        res = self.run_on(host, ["saquery", "-g"], 30)
+        groups = {}
+        for block in res.stdout.split("MCMemberRecord group dump:")[1:]:
+            mgid = re.search(r"MGID\.+(\S+)", block)
+            if mgid and mgid.group(1).startswith("ff12:401b:"):
+                groups[int(re.search(r"pkey\.+0x(\w+)", block).group(1), 16)] = \
+                    int(re.search(r"Mtu\.+0x(\w+)", block).group(1), 16) & 0x3F
+        return groups
 
 
 # ---------------------------------------------------------------- routing-table walk
@@ -323,7 +398,10 @@ def topo_to_net(topo: Topology) -> str:
         out.append(f"{'switchguid' if kind == 'Switch' else 'caguid'}={node.guid}")
         out.append(f'{kind}\t{node.nports} "{nid}"\t\t# "{node.desc}"')
         for port, (fid, fport) in sorted(by_node.get(nid, [])):
-            out.append(f'[{port}]\t"{fid}"[{fport}]\t\t# "{topo.nodes[fid].desc}" lid 0 4xHDR')
+            own = node.port_guids.get(port) if kind == "Ca" else None
+            guid = f"({own[2:]})" if own else ""
+            out.append(f'[{port}]{guid}\t"{fid}"[{fport}]\t\t# "{topo.nodes[fid].desc}" '
+                       "lid 0 4xHDR")
         out.append("")
     return "\n".join(out)
 
@@ -363,6 +441,19 @@ class Faults:
         assert ea not in self.topo.links and eb not in self.topo.links, "port in use"
         self.topo.links[ea], self.topo.links[eb] = eb, ea
         return self
+
+    def attach_ca(self, desc: str, port_guid: str, switch: str) -> Faults:
+        """A one-port CA (e.g. a Lustre server outside the inventory) on `switch`'s first free
+        port; its node GUID is its port GUID minus one, as on a ConnectX."""
+        sw = self.ids[switch]
+        port = next(p for p in range(1, self.topo.nodes[sw].nports + 1)
+                    if (sw, p) not in self.topo.links)
+        node_guid = f"0x{int(port_guid, 16) - 1:016x}"
+        nid = f"H-{node_guid[2:]}"
+        self.topo.nodes[nid] = TopoNode(nid, "ca", 1, node_guid, desc,
+                                        port_guids={1: port_guid})
+        self.ids[desc] = nid
+        return self.add((desc, 1), (switch, port))
 
     def remove_host(self, hostname: str) -> Faults:
         for name, nid in list(self.ids.items()):

@@ -2,8 +2,12 @@
 
 Isolation (bubblewrap): the sandbox's `/` is a temporary directory; only /usr is bound from this
 machine, read-only. /proc/cmdline is a fake file, /sys is a fake tree (InfiniBand devices with
-`device` links to fake PCI functions), /dev is bubblewrap's minimal devtmpfs with /dev/md bound
-from the sandbox root so arrays "survive" between runs. Every namespace is unshared (no
+`device` links to fake PCI functions; NVMe namespaces and md arrays under /sys/block with
+size, model, holders and slaves), /dev is bubblewrap's minimal devtmpfs with /dev/md and
+/dev/disk (the by-id links) bound from the sandbox root and the block devices bound from the
+stubs' state, so drives and arrays "survive" between runs (`dgx_h100` builds a DGX H100's ten
+NVMe drives). The host kernel may lack md, so /proc/mdstat cannot be faked; scripts read the
+same facts from sysfs. Every namespace is unshared (no
 network) and every capability is dropped, so even a real binary reached by absolute path can
 neither mount, load a module nor touch this machine's /etc.
 
@@ -22,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import uuid as uuid_lib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +51,13 @@ if [ -e "$S/fail/$me" ] || [ -e "$S/fail/$me ${1-}" ]; then
   echo "$me: simulated failure" >&2; exit 1
 fi
 esc() { printf '%s' "${1//\//_}"; }
+key() { esc "$(readlink -f "$1")"; }  # state is kept per device, whatever path names it
+make_fs() {  # type dev: a filesystem with a UUID that follows from the device
+  local uuid
+  uuid=$(printf '%s' "$(readlink -f "$2")" | md5sum | cut -c1-32 \
+    | sed 's/\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)/\1-\2-\3-\4-/')
+  printf '%s %s %s\n' "$1" "$uuid" "$(readlink -f "$2")" > "$S/fs/$(key "$2")"
+}
 """
 
 STUBS: dict[str, str] = {
@@ -121,6 +133,7 @@ for a in "$@"; do
 done
 case "$unit" in
   containerd) pkgs="containerd containerd.io" ;;
+  lnet) pkgs=lustre-client-utils ;;
   *) pkgs=$unit ;;
 esac
 exists=0
@@ -169,33 +182,73 @@ if [ "${1-}" = config ] && [ "${2-}" = default ]; then
 fi
 """,
     "mdadm": r"""
+# Arrays live in the fake /sys/block (slaves, holders, md/level, md/uuid), their device nodes
+# in /stub/state/dev (bound over /dev on every run); superblocks in $S/disks/<member>.
+start_array() {  # node level uuid member...: what the kernel shows once an array runs
+  local node=$1 level=$2 uuid=$3 n=127 md d c name total=0; shift 3
+  while [ -e "/sys/block/md$n" ]; do n=$((n - 1)); done
+  md=md$n
+  mkdir -p "/sys/block/$md/slaves" "/sys/block/$md/holders" "/sys/block/$md/md"
+  echo "$level" > "/sys/block/$md/md/level"; echo "$uuid" > "/sys/block/$md/md/uuid"
+  for d in "$@"; do
+    c=$(readlink -f "$d"); name=${c##*/}
+    ln -s "../../$name" "/sys/block/$md/slaves/$name"
+    mkdir -p "/sys/block/$name/holders"; ln -s "../../$md" "/sys/block/$name/holders/$md"
+    echo "$uuid $level" > "$S/disks/$(esc "$c")"
+    total=$((total + $(cat "/sys/block/$name/size")))
+  done
+  echo "$total" > "/sys/block/$md/size"
+  : > "$S/dev/$md"; : > "/dev/$md"
+  mkdir -p "${node%/*}"; ln -sfn "../$md" "$node"
+  echo "mdadm: array $node started." >&2
+}
 mode=${1-}; shift || true
 case "$mode" in
   --examine|-E)
     rc=0
     for d in "$@"; do
       sleep 0.02  # reading a superblock is disk I/O; output arrives device by device
-      if [ -e "$S/disks/$(esc "$d")" ]; then
-        printf '%s:\n          Magic : a92b4efc\n     Array UUID : %s\n     Raid Level : raid0\n' \
-          "$d" "$(cat "$S/disks/$(esc "$d")")"
+      if [ -e "$S/disks/$(key "$d")" ]; then
+        read -r uuid level < "$S/disks/$(key "$d")"
+        printf '%s:\n          Magic : a92b4efc\n     Array UUID : %s\n     Raid Level : %s\n' \
+          "$d" "$uuid" "$level"
       else
         echo "mdadm: No md superblock detected on $d." >&2; rc=1
       fi
     done
     exit "$rc" ;;
   --create|-C)
-    md=$1; shift; devs=()
-    for a in "$@"; do case "$a" in -*) ;; *) devs+=("$a") ;; esac; done
-    for d in "${devs[@]}"; do echo 3b4e2c1a:7d9f0e6b:5a8c3d2e > "$S/disks/$(esc "$d")"; done
-    mkdir -p "${md%/*}"; : > "$md"
-    echo "mdadm: array $md started." >&2 ;;
-  --assemble|-A)
-    md=$1; shift
-    for d in "$@"; do
-      [ -e "$S/disks/$(esc "$d")" ] || { echo "mdadm: no RAID superblock on $d" >&2; exit 1; }
+    md=$1; shift; devs=() level=raid0
+    for a in "$@"; do
+      case "$a" in --level=*) level=raid${a#--level=} ;; -*) ;; *) devs+=("$a") ;; esac
     done
-    mkdir -p "${md%/*}"; : > "$md"
-    echo "mdadm: $md has been started with $# drives." >&2 ;;
+    for d in "${devs[@]}"; do
+      [ -e "$d" ] || { echo "mdadm: cannot open $d: No such file or directory" >&2; exit 1; }
+    done
+    start_array "$md" "$level" "$(printf '%s' "${devs[*]}" | md5sum | cut -c1-32 \
+      | sed 's/.\{8\}/&:/g; s/:$//')" "${devs[@]}" ;;
+  --assemble|-A)
+    md=$1; shift; uuid='' level=''
+    for d in "$@"; do
+      [ -e "$S/disks/$(key "$d")" ] || { echo "mdadm: no RAID superblock on $d" >&2; exit 1; }
+      read -r u l < "$S/disks/$(key "$d")"
+      [ -z "$uuid" ] || [ "$u" = "$uuid" ] || { echo "mdadm: $d is not in $uuid" >&2; exit 1; }
+      uuid=$u level=$l
+    done
+    start_array "$md" "$level" "$uuid" "$@" ;;
+  --detail|-D)
+    if [ "${1-}" = --scan ]; then
+      for m in /sys/block/md*/md; do
+        [ -e "$m" ] || continue; m=${m%/md}
+        printf 'ARRAY /dev/%s metadata=1.2 UUID=%s\n' "${m##*/}" "$(cat "$m/md/uuid")"
+      done
+      exit 0
+    fi
+    m=/sys/block/$(basename "$(readlink -f "$1")")
+    [ -d "$m/md" ] || { echo "mdadm: cannot open $1: No such file or directory" >&2; exit 1; }
+    printf '%s:\n     Raid Level : %s\n           UUID : %s\n' "$1" "$(cat "$m/md/level")" \
+      "$(cat "$m/md/uuid")"
+    for s in "$m"/slaves/*; do printf '       active sync   /dev/%s\n' "${s##*/}"; done ;;
 esac
 exit 0
 """,
@@ -203,23 +256,42 @@ exit 0
 dev=${*: -1}; force=0
 for a in "$@"; do [ "$a" = -f ] && force=1; done
 [ -e "$dev" ] || { echo "mkfs.xfs: cannot open $dev: No such file or directory" >&2; exit 1; }
-if [ -e "$S/fs/$(esc "$dev")" ] && [ "$force" = 0 ]; then
+if [ -e "$S/fs/$(key "$dev")" ] && [ "$force" = 0 ]; then
   echo "mkfs.xfs: $dev appears to contain an existing filesystem." >&2
   exit 1
 fi
-echo xfs > "$S/fs/$(esc "$dev")"
+make_fs xfs "$dev"
 """,
     "mkfs.ext4": r"""
 dev=${*: -1}
 [ -e "$dev" ] || { echo "mke2fs: No such file or directory: $dev" >&2; exit 1; }
-echo ext4 > "$S/fs/$(esc "$dev")"
+make_fs ext4 "$dev"
 """,
     "blkid": r"""
-dev=${*: -1}
-[ -e "$dev" ] && [ -e "$S/fs/$(esc "$dev")" ] || exit 2
-case "$*" in
-  *"-s TYPE"*) cat "$S/fs/$(esc "$dev")" ;;
-  *) printf '%s: TYPE="%s"\n' "$dev" "$(cat "$S/fs/$(esc "$dev")")" ;;
+# blkid [-p] [-s TAG] [-o value] DEV: a filesystem, or an md member's superblock; exit 2: none.
+tag='' value=0 dev=''
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -s) tag=$2; shift ;;
+    -o) [ "$2" = value ] && value=1; shift ;;
+    -*) ;;
+    *) dev=$1 ;;
+  esac
+  shift
+done
+[ -n "$dev" ] && [ -e "$dev" ] || exit 2
+if [ -e "$S/fs/$(key "$dev")" ]; then
+  read -r TYPE UUID _ < "$S/fs/$(key "$dev")"
+elif [ -e "$S/disks/$(key "$dev")" ]; then
+  read -r UUID _ < "$S/disks/$(key "$dev")"; TYPE=linux_raid_member
+else
+  exit 2
+fi
+case "$tag" in
+  TYPE|UUID)
+    if [ "$value" = 1 ]; then printf '%s\n' "${!tag}"
+    else printf '%s="%s"\n' "$tag" "${!tag}"; fi ;;
+  *) printf '%s: UUID="%s" TYPE="%s"\n' "$dev" "$UUID" "$TYPE" ;;
 esac
 """,
     "mount": r"""
@@ -228,10 +300,23 @@ mp=$1
 line=$(awk -v mp="$mp" '$1 !~ /^#/ && $2 == mp' /etc/fstab)
 [ -n "$line" ] || { echo "mount: $mp: can't find in /etc/fstab." >&2; exit 1; }
 dev=${line%%[[:space:]]*}
+if [ "${dev#UUID=}" != "$dev" ]; then
+  for f in "$S"/fs/*; do
+    [ -e "$f" ] || continue
+    read -r _ uuid path < "$f"
+    if [ "$uuid" = "${dev#UUID=}" ]; then dev=$path; fi
+  done
+  [ "${dev#UUID=}" = "$dev" ] || { echo "mount: $mp: can't find $dev." >&2; exit 1; }
+fi
 [ -e "$dev" ] || { echo "mount: $mp: special device $dev does not exist." >&2; exit 32; }
-[ -e "$S/fs/$(esc "$dev")" ] || { echo "mount: $mp: wrong fs type on $dev." >&2; exit 32; }
+[ -e "$S/fs/$(key "$dev")" ] || { echo "mount: $mp: wrong fs type on $dev." >&2; exit 32; }
 [ -d "$mp" ] || { echo "mount: $mp: mount point does not exist." >&2; exit 32; }
-echo "$dev" > "$S/mounts/$(esc "$mp")"
+printf '%s %s\n' "$(readlink -f "$dev")" "$mp" > "$S/mounts/$(esc "$mp")"
+""",
+    "findmnt": r"""
+# findmnt -rn -o SOURCE,TARGET: what the mount stub (and the fake boot) mounted.
+for f in "$S"/mounts/*; do [ -e "$f" ] && cat "$f"; done
+exit 0
 """,
     "umount": r"""
 rm -f "$S/mounts/$(esc "${*: -1}")"
@@ -357,6 +442,13 @@ exit 0
     "update-grub": r"""
 touch "$S/grub-updated"
 """,
+    # The local SM's state (sminfo -D 0): $S/sm-state, else what a lone opensm reports.
+    # Polling loops run at once (the state they wait for is set by the test).
+    "sleep": "",
+    "sminfo": r"""
+state=$(cat "$S/sm-state" 2>/dev/null || echo SMINFO_MASTER)
+echo "sminfo: sm lid 1 sm guid 0xb83fd20300f10002, activity count 42 priority 15 state 3 $state"
+""",
     # Record-only: present so nothing reaches a real binary.
     "update-initramfs": "",
     "opensm": "",
@@ -367,12 +459,45 @@ touch "$S/grub-updated"
     "reboot": "",
     "shutdown": "",
     "wipefs": "",
-    "lnetctl": "",
+    # LNet as lnetctl keeps it: $S/lnet/configured after `lnet configure`, one file per net
+    # (what `import` read for it) in $S/lnet/nets; `export` prints them. Importing a net that
+    # exists fails, as adding an NI that exists does.
+    "lnetctl": r"""
+mkdir -p "$S/lnet/nets"
+case "${1-} ${2-}" in
+  "lnet configure") touch "$S/lnet/configured"; exit 0 ;;
+  "lnet unconfigure") rm -rf "$S/lnet/configured" "$S/lnet/nets"; exit 0 ;;
+  "net del")
+    [ "${3-}" = --net ] && [ -e "$S/lnet/nets/${4-}" ] \
+      || { echo "del: no such net ${4-}" >&2; exit 1; }
+    rm -f "$S/lnet/nets/$4"; exit 0 ;;
+esac
+case "${1-}" in
+  import)
+    [ -e "$S/lnet/configured" ] || { echo "import: LNet is not configured" >&2; exit 1; }
+    [ -f "${2-}" ] || { echo "import: cannot open ${2-}" >&2; exit 1; }
+    nets=$(sed -n 's/^- net type: //p' "$2")
+    [ -n "$nets" ] || { echo "import: no net in $2" >&2; exit 1; }
+    for n in $nets; do
+      [ ! -e "$S/lnet/nets/$n" ] || { echo "add: $n: File exists" >&2; exit 1; }
+    done
+    for n in $nets; do cp "$2" "$S/lnet/nets/$n"; done ;;
+  export)
+    for f in "$S"/lnet/nets/*; do [ -e "$f" ] && cat "$f"; done ;;
+esac
+exit 0
+""",
+    # DOCA-OFED on the host, as `ofed_info -s` reports it.
+    "ofed_info": r"""
+echo "OFED-internal-25.10-1.2.8:"
+""",
+    "netplan": "",
     "wget": "",
 }
 
 # Calls that only read state; every other stubbed call changes the host.
-READ_ONLY = {"dpkg-query", "lsmod", "mountpoint", "blkid", "openssl"}
+READ_ONLY = {"dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt", "sminfo",
+             "sleep", "ofed_info"}
 READ_ONLY_VERBS = {
     "systemctl": {"is-enabled", "is-active", "status", "show", "cat"},
     "dpkg": {"-s", "--status", "-l", "-L"},
@@ -381,6 +506,7 @@ READ_ONLY_VERBS = {
     "kubeadm": {"version"},
     "containerd": {"config"},
     "swapon": {"--show", "-s"},
+    "lnetctl": {"export", "show"},
 }
 
 Call = tuple[str, ...]
@@ -455,6 +581,7 @@ class Sandbox:
     base: Path
     hostname: str = "host"
     hcas: Mapping[str, str] = field(default_factory=dict)  # HCA name -> PCI address
+    boot_arrays: set[str] = field(default_factory=set)  # md arrays the OS assembles at boot
 
     def __post_init__(self) -> None:
         self.root = self.base / "root"
@@ -463,7 +590,8 @@ class Sandbox:
         self.cmdline = self.base / "cmdline"
         for d in ("etc/modules-load.d", "etc/sysctl.d", "etc/modprobe.d", "etc/default",
                   "etc/systemd/network", "var/lib", "var/log", "run", "root", "dev/md",
-                  "sys/class/infiniband", "stub/bin", "stub/state"):
+                  "sys/class/infiniband", "sys/block", "dev/disk/by-id", "stub/bin",
+                  "stub/state"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "tmp").mkdir(mode=0o1777, exist_ok=True)
         (self.root / "tmp").chmod(0o1777)
@@ -471,7 +599,7 @@ class Sandbox:
         (self.root / "etc/hostname").write_text(self.hostname + "\n")
         self.cmdline.write_text(CMDLINE)
         for d in ("pkgs", "held", "units", "modules", "disks", "fs", "mounts", "fail",
-                  "cluster/nodes"):
+                  "cluster/nodes", "dev", "boot-mounts"):
             (self.state / d).mkdir(parents=True, exist_ok=True)
         (self.state / "calls.log").touch()
         (self.state / "swap").touch()  # the installer left a swap file active
@@ -495,6 +623,90 @@ class Sandbox:
         (self.root / "sys/class/infiniband" / hca).symlink_to(
             f"../../devices/pci0000:00/{pci}/infiniband/{hca}")
 
+    def add_nvme(self, drive: Nvme) -> None:
+        """An NVMe namespace the way the kernel and udev show it: /dev/<name> (and its
+        partitions), /sys/block/<name>/{size,device/model,device/serial,holders}, and the
+        /dev/disk/by-id links of 60-persistent-storage.rules: nvme-<model>_<serial>,
+        nvme-<model>_<serial>_<nsid>, nvme-eui.<eui>, each with -part<N> for partitions."""
+        block = self.root / "sys/block" / drive.name
+        (block / "device").mkdir(parents=True)
+        (block / "holders").mkdir()
+        (block / "size").write_text(f"{drive.sectors}\n")
+        # The NVMe model field is 40 bytes, space-padded; sysfs shows it trimmed.
+        (block / "device/model").write_text(drive.model + "\n")
+        (block / "device/serial").write_text(drive.serial + "\n")
+        (self.state / "dev" / drive.name).touch()
+        names = [f"nvme-{drive.model.replace(' ', '_')}_{drive.serial}",
+                 f"nvme-{drive.model.replace(' ', '_')}_{drive.serial}_1", f"nvme-eui.{drive.eui}"]
+        by_id = self.root / "dev/disk/by-id"
+        for link in names:
+            (by_id / link).symlink_to(f"../../{drive.name}")
+        for number, sectors in enumerate(drive.partitions, start=1):
+            part = f"{drive.name}p{number}"
+            (block / part / "holders").mkdir(parents=True)
+            (block / part / "size").write_text(f"{sectors}\n")
+            (block / part / "partition").write_text(f"{number}\n")
+            (self.state / "dev" / part).touch()
+            for link in names:
+                (by_id / f"{link}-part{number}").symlink_to(f"../../{part}")
+
+    def add_array(self, md: str, level: int, members: Iterable[str], fs: str | None = None,
+                  boot: bool = True) -> str:
+        """A running md array over members (kernel names of disks or partitions), as
+        /proc/mdstat and sysfs would show it, with superblocks on the members and, optionally,
+        a filesystem. Returns the array's UUID."""
+        members = list(members)
+        uuid = ":".join(hashlib.md5(f"{md} {members}".encode()).hexdigest()[i:i + 8]
+                        for i in range(0, 32, 8))
+        block = self.root / "sys/block" / md
+        for d in ("slaves", "holders", "md"):
+            (block / d).mkdir(parents=True)
+        (block / "md/level").write_text(f"raid{level}\n")
+        (block / "md/uuid").write_text(uuid + "\n")
+        total = 0
+        for member in members:
+            disk = self._disk_of(member)
+            path = f"{disk}/{member}" if disk != member else member
+            (block / "slaves" / member).symlink_to(f"../../{path}")
+            up = "../" * (path.count("/") + 2)
+            (self.root / "sys/block" / path / "holders" / md).symlink_to(f"{up}{md}")
+            (self.state / "disks" / f"_dev_{member}").write_text(f"{uuid} raid{level}\n")
+            total += int((self.root / "sys/block" / path / "size").read_text())
+        (block / "size").write_text(f"{total}\n")
+        (self.state / "dev" / md).touch()
+        if fs:
+            fs_uuid = str(uuid_lib.UUID(hashlib.md5(md.encode()).hexdigest()))
+            (self.state / "fs" / f"_dev_{md}").write_text(f"{fs} {fs_uuid} /dev/{md}\n")
+        if boot:
+            self.boot_arrays.add(md)
+        return uuid
+
+    def fs_uuid(self, dev: str) -> str:
+        """The UUID of the filesystem on a device (/dev/<kernel name>)."""
+        return (self.state / "fs" / dev.replace("/", "_")).read_text().split()[1]
+
+    def mount_at_boot(self, dev: str, mount_point: str) -> None:
+        """A filesystem the OS mounts by itself, mounted now and after every reboot."""
+        entry = f"{dev} {mount_point}\n"
+        name = mount_point.replace("/", "_")
+        for d in ("mounts", "boot-mounts"):
+            (self.state / d / name).write_text(entry)
+        self.path(mount_point).mkdir(parents=True, exist_ok=True)
+
+    def _disk_of(self, name: str) -> str:
+        """Kernel name of a partition -> its disk; a disk's name -> itself."""
+        return next((p.parent.name for p in (self.root / "sys/block").glob(f"*/{name}")),
+                    name)
+
+    def _stop_array(self, md: str) -> None:
+        block = self.root / "sys/block" / md
+        for slave in (block / "slaves").iterdir():
+            disk = self._disk_of(slave.name)
+            path = f"{disk}/{slave.name}" if disk != slave.name else slave.name
+            (self.root / "sys/block" / path / "holders" / md).unlink(missing_ok=True)
+        shutil.rmtree(block)
+        (self.state / "dev" / md).unlink(missing_ok=True)
+
     def install_packages(self, *names: str) -> None:
         for n in names:
             (self.state / "pkgs" / n).write_text("1.0-stub\n")
@@ -510,6 +722,14 @@ class Sandbox:
         """The next call of `command` ("kubeadm join", "systemctl restart", "mkfs.xfs") fails."""
         (self.state / "fail" / command).touch()
 
+    def sm_state(self, state: str | None) -> None:
+        """What the local opensm reports to `sminfo -D 0` (None: a lone master)."""
+        path = self.state / "sm-state"
+        if state is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(state + "\n")
+
     def api_down(self, down: bool = True) -> None:
         flag = self.state / "api-down"
         if down:
@@ -519,13 +739,20 @@ class Sandbox:
 
     def reboot(self) -> None:
         """Power-cycle: arrays, mounts, modules and /tmp go; disks, /etc and packages stay.
-        A kernel command line staged with update-grub takes effect; fstab swap comes back."""
+        A kernel command line staged with update-grub takes effect; fstab swap comes back.
+        The OS's own arrays and mounts (`boot=True`: DGX OS's md0 and md1, /, /boot/efi,
+        /raid) come back as the initramfs and systemd would bring them."""
+        for md in sorted((self.root / "sys/block").glob("md*")):
+            if md.name not in self.boot_arrays:
+                self._stop_array(md.name)
         for d in ("dev/md", "tmp", "run"):
             for p in (self.root / d).iterdir():
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         for d in ("mounts", "modules"):
             for p in (self.state / d).iterdir():
                 p.unlink()
+        for p in (self.state / "boot-mounts").iterdir():
+            shutil.copy(p, self.state / "mounts" / p.name)
         (self.state / "swap").unlink(missing_ok=True)
         if re.search(r"^[^#].*\sswap\s", (self.root / "etc/fstab").read_text(), re.M):
             (self.state / "swap").touch()
@@ -546,11 +773,20 @@ class Sandbox:
             "--ro-bind", "/usr", "/usr", *self._top_dirs(),
             "--proc", "/proc", "--ro-bind", str(self.cmdline), "/proc/cmdline",
             "--dev", "/dev", "--bind", str(self.root / "dev/md"), "/dev/md",
+            "--bind", str(self.root / "dev/disk"), "/dev/disk", *self._device_nodes(),
             "--ro-bind", str(self.bin), STUB_BIN, "--bind", str(self.state), STUB_STATE,
             "--chdir", "/root", "--clearenv",
             "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/root",
             "--setenv", "LANG", "C.UTF-8",
         ]
+
+    def _device_nodes(self) -> list[str]:
+        """Block devices (NVMe namespaces, partitions, md arrays) as files bound into /dev.
+        They live in the stubs' state, where `mdadm` adds the arrays it starts."""
+        args: list[str] = []
+        for node in sorted((self.state / "dev").iterdir()):
+            args += ["--bind", str(node), f"/dev/{node.name}"]
+        return args
 
     def _top_dirs(self) -> list[str]:
         """/bin, /lib, ... as on this machine: links into /usr (merged /usr) or bound dirs.
@@ -627,6 +863,89 @@ def stub_names() -> Iterable[str]:
     return STUBS.keys()
 
 
+# --- DGX H100 local storage ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Nvme:
+    """One NVMe namespace: kernel name, what the drive reports, size in 512-byte sectors."""
+
+    name: str
+    model: str
+    serial: str
+    sectors: int
+    eui: str
+    partitions: tuple[int, ...] = ()  # sizes in sectors, p1 first
+
+    @property
+    def by_id(self) -> str:
+        """The link the host script names the drive by: nvme-<model>_<serial>."""
+        return f"/dev/disk/by-id/nvme-{self.model.replace(' ', '_')}_{self.serial}"
+
+
+# DGX H100: 2 x 1.92 TB M.2 NVMe for DGX OS (RAID1) and 8 x 3.84 TB U.2 NVMe for storage/cache
+# (NVIDIA DGX BasePOD reference architecture, "Core Components"). The sizes are the standard
+# LBA counts of 1.92 TB and 3.84 TB drives. The model strings are illustrative Samsung PM9A3
+# part numbers (M.2 and U.2): what a given DGX ships varies by vendor and was not verified.
+M2_MODEL, M2_SECTORS = "SAMSUNG MZ1L21T9HCLS-00A07", 3_750_748_848
+U2_MODEL, U2_SECTORS = "SAMSUNG MZQL23T8HCLS-00A07", 7_501_476_528
+EFI_SECTORS = 1_048_576  # 512 MiB
+# Kernel names as enumeration could hand them out: the OS drives are nvme0n1 and nvme5n1, so
+# nvme0n1..nvme7n1 is not the data set; the data drives' serials do not follow kernel order.
+DGX_OS_NAMES = ("nvme0n1", "nvme5n1")
+DGX_DATA_NAMES = ("nvme8n1", "nvme3n1", "nvme1n1", "nvme9n1", "nvme6n1", "nvme2n1", "nvme7n1",
+                  "nvme4n1")
+
+
+@dataclass(frozen=True)
+class DgxStorage:
+    os_drives: tuple[Nvme, ...]
+    data_drives: tuple[Nvme, ...]
+
+    @property
+    def data_ids(self) -> list[str]:
+        """The data drives' by-id links in the order the script passes them to mdadm."""
+        return sorted(d.by_id for d in self.data_drives)
+
+    @property
+    def os_names(self) -> set[str]:
+        """Every way a call could name an OS drive: kernel names (and partitions), serials."""
+        return {d.name for d in self.os_drives} | {d.serial for d in self.os_drives}
+
+
+def dgx_h100_drives(missing: Iterable[str] = ()) -> DgxStorage:
+    """The NVMe drives of one DGX H100; `missing`: data drives (kernel names) not there."""
+    os_drives = tuple(Nvme(name, M2_MODEL, f"S6L2NE0W10{i:04d}", M2_SECTORS, f"002538b1{i:08x}",
+                           (EFI_SECTORS, M2_SECTORS - EFI_SECTORS - 2048))
+                      for i, name in enumerate(DGX_OS_NAMES))
+    data = tuple(Nvme(name, U2_MODEL, f"S64HNE0T50{i:04d}", U2_SECTORS, f"002538b5{i:08x}")
+                 for i, name in enumerate(DGX_DATA_NAMES))
+    return DgxStorage(os_drives, tuple(d for d in data if d.name not in set(missing)))
+
+
+def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = ()) -> DgxStorage:
+    """DGX OS on a DGX H100: / on md0, a RAID1 of the M.2 drives' second partitions, the EFI
+    partition of the first at /boot/efi. With `data_array` (DGX OS's default) the U.2 data
+    drives are md1, a RAID0 with ext4 mounted at /raid; without it they are blank. `missing`:
+    data drives (kernel names) that are not there (failed, unseated)."""
+    drives = dgx_h100_drives(missing)
+    os_drives, present = drives.os_drives, drives.data_drives
+    for drive in os_drives + present:
+        sb.add_nvme(drive)
+    sb.add_array("md0", 1, [f"{d.name}p2" for d in os_drives], fs="ext4")
+    sb.mount_at_boot("/dev/md0", "/")
+    sb.mount_at_boot(f"/dev/{os_drives[0].name}p1", "/boot/efi")
+    if data_array and len(present) < len(DGX_DATA_NAMES):
+        # A RAID0 short of a member does not start: its superblocks stay on the others.
+        for d in present:
+            (sb.state / "disks" / f"_dev_{d.name}").write_text("6e5c1f0a:9d3b2e71:0c4f8a6d:"
+                                                                "51b7e293 raid0\n")
+    elif data_array:
+        sb.add_array("md1", 0, [d.name for d in present], fs="ext4")
+        with sb.path("/etc/fstab").open("a") as fstab:
+            fstab.write(f"UUID={sb.fs_uuid('/dev/md1')} /raid ext4 defaults,nofail 0 0\n")
+        sb.mount_at_boot("/dev/md1", "/raid")
+    return drives
+
+
 # --- the prod stack's scripts, rendered the way components/blueprint.py renders them ----------
 REPO = Path(__file__).resolve().parent.parent
 
@@ -652,8 +971,8 @@ def prod_scripts() -> dict[str, str]:
                for h in cluster.hosts}
     scripts |= {f"{n.hostname}/prepare-host.sh":
                 host_scripts.prepare_gpu_node(cluster, n, CLUSTER_KEY) for n in cluster.nodes}
-    for host, files in sm_files().items():
-        scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files)
+    for host, (files, ca, master) in sm_setups().items():
+        scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files, ca, master)
     init_host = cluster.control_plane[0]
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
     scripts[f"{init_host.hostname}/kubelet-config.sh"] = kubeadm.kubelet_config_script(
@@ -667,12 +986,20 @@ def prod_scripts() -> dict[str, str]:
     return dict(sorted(scripts.items()))
 
 
-def sm_files() -> dict[str, dict[str, str]]:
-    """SM host -> the files apply-opensm.sh installs (absolute path -> text)."""
+def sm_setups() -> dict[str, tuple[dict[str, str], str, bool]]:
+    """SM host -> (the files apply-opensm.sh installs (absolute path -> text), its HCA,
+    whether it is the master), as blueprint.py renders them."""
     from components.fabric import sm_host_files
     from components.planning import placement
     from components.planning.fabric.render import render_fabric_files
 
     plan = placement.plan(prod_cluster())
     fabric_files = render_fabric_files(plan)
-    return {sm.hostname: sm_host_files(fabric_files, sm.hostname) for sm in plan.sm}
+    top = max(sm.priority for sm in plan.sm)
+    return {sm.hostname: (sm_host_files(fabric_files, sm.hostname), sm.hca, sm.priority == top)
+            for sm in plan.sm}
+
+
+def sm_files() -> dict[str, dict[str, str]]:
+    """SM host -> the files apply-opensm.sh installs (absolute path -> text)."""
+    return {host: files for host, (files, _, _) in sm_setups().items()}

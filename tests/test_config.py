@@ -199,6 +199,17 @@ BAD_INPUTS = [
         "gpuNodes.template.hcas", ("'mlx5_10']",), ("7 compute HCAs for 8 GPUs",)),
     bad("hca-name-eth0", setting("gpuNodes.template.hcas[2]", "eth0"),
         "gpuNodes.template.hcas[2]", ("eth0",), ("mlx5_0",)),
+    # Local NVMe data drives: by what they are, never by kernel name.
+    bad("nvme-kernel-names-retired",
+        setting("gpuNodes.template.nvmeDevices", ["nvme0n1", "nvme1n1"]),
+        "gpuNodes.template.nvmeDevices", ("nvme0n1",), ("M.2 OS drives", "dataDrives:")),
+    bad("data-drive-size-in-gb", setting("gpuNodes.template.dataDrives.sizeTb", 3840),
+        "gpuNodes.template.dataDrives.sizeTb", ("3840",), ("decimal terabytes", "3.84")),
+    bad("data-drive-count-0", setting("gpuNodes.template.dataDrives.count", 0),
+        "gpuNodes.template.dataDrives.count", ("got 0)",), ("greater than or equal to 1",)),
+    bad("data-drive-model-with-shell-characters",
+        setting("gpuNodes.template.dataDrives.models", ['MZQL"$(reboot)']),
+        "gpuNodes.template.dataDrives.models[0]", ("MZQL",), ("nvme list",)),
     bad("hca-used-twice-on-a-node",
         edited_inventory("gpu-node-02,2,mlx5_4,", "gpu-node-02,2,mlx5_0,"),
         "gpuNodes.ranges[0] (gpu-node-02).rails[2].hca", ("mlx5_0",),
@@ -253,10 +264,6 @@ BAD_INPUTS = [
         "fabric.partitions[0].pkey", ("0x8001",), ("0x0001-0x7FFE",)),
     bad("pkey-true", setting("fabric.partitions[0].pkey", True),
         "fabric.partitions[0].pkey", ("True",)),
-    bad("pkey-repeated", setting("fabric.partitions[1].pkey", 0x0A01),
-        "fabric.partitions[1].pkey", ("0xa01", "0x0a01"), ("fabric.partitions[0].pkey",)),
-    bad("partition-name-repeated", setting("fabric.partitions[1].name", "training"),
-        "fabric.partitions[1].name", ("training",)),
     # Control plane and Kubernetes.
     bad("two-control-plane-hosts", with_control_plane(2),
         "hosts", ("mgmt-02",), ("odd",)),
@@ -541,6 +548,14 @@ def test_prod_is_8_nodes_of_8_h100s(prod_cluster):
     assert prod_cluster.total_gpus == 64
 
 
+def test_prod_scratch_is_the_eight_dgx_h100_data_drives_by_size(prod_cluster):
+    """DGX H100: 8 x 3.84 TB U.2 data drives beside 2 x 1.92 TB M.2 OS drives; selected by
+    size (any model), never by kernel name."""
+    drives = prod_cluster.gpu_nodes.template.data_drives
+    assert (drives.size_tb, drives.count, drives.models) == (3.84, 8, ())
+    assert "nvme_devices" not in prod_cluster.gpu_nodes.template.model_dump(exclude_none=True)
+
+
 def test_prod_non_gpu_hosts_by_role(prod_cluster):
     assert [h.hostname for h in prod_cluster.control_plane] == ["mgmt-01"]
     assert [h.hostname for h in prod_cluster.sm_hosts] == ["sm-01", "sm-02"]
@@ -583,12 +598,13 @@ def test_prod_racks_addresses_and_su_slots(prod_cluster):
 
 
 def test_overrides_win_over_the_range(prod):
+    # Slot 14: the last node slot of prod's pinned 2-rails-per-leaf span (15 holds the SMs).
     mutate(prod, "gpuNodes.overrides", {"gpu-node-05": {
-        "managementIp": "10.10.1.200", "bmcAddress": "10.11.1.200", "rack": "r03", "slot": 20}})
+        "managementIp": "10.10.1.200", "bmcAddress": "10.11.1.200", "rack": "r03", "slot": 14}})
     nodes = {n.hostname: n for n in validate(prod).nodes}
     five = nodes["gpu-node-05"]
     assert (str(five.management_ip), str(five.bmc_address), five.rack, five.slot) == (
-        "10.10.1.200", "10.11.1.200", "r03", 20)
+        "10.10.1.200", "10.11.1.200", "r03", 14)
     six = nodes["gpu-node-06"]  # its neighbours keep the range's values
     assert (str(six.management_ip), six.rack, six.slot) == ("10.10.1.106", "r02", 6)
 
@@ -744,6 +760,8 @@ def scale_cluster(tmp_path_factory) -> tuple[Cluster, str]:
     stack_text = (DATA / "gpu-nodes-1024.yaml").read_text()
     raw = prod_raw()
     raw.update(yaml.safe_load(stack_text))
+    for pin in ("railsPerLeaf", "spines"):  # prod's site size, not this one's
+        raw["fabric"].pop(pin)
     raw["inventoryFile"] = str(_scale_inventory(tmp_path_factory.mktemp("scale")))
     # 1023 kubelets need 1023 per-node /24s: prod's /16 holds 256.
     raw["kubernetes"]["podCidr"] = "10.128.0.0/13"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import xml.etree.ElementTree as ET
 
@@ -37,48 +36,70 @@ def bom_qty(plan, part: str) -> int:
 def test_prod_8_nodes_from_first_principles() -> None:
     plan = plan_fabric(cluster(8), PROD_SMS, prod_spec())
     hcas = 8 * RAILS  # 64
-    leaves = math.ceil(hcas / HALF)  # 2: four rails x eight slots fill 32 down ports
-    uplinks = leaves * HALF  # 64, as many as the down ports
-    spines = max(2, math.ceil(uplinks / RADIX))  # 1 would carry them; 2 for redundancy
+    # The SM hosts hang off leaf ports of the (last, here only) SU in one reserved slot (DGX
+    # SuperPOD's UFM slot; ftree installs no routes between spines, so an SM on a spine could
+    # not reach the other spines): the SU's leaves are laid out for 8 + 1 = 9 slots.
+    slots = 8 + 1
+    # Rails per leaf: at most 8/2 = 4 (two leaves at least); 4 rails x 9 slots = 36 > 32 down
+    # ports, 2 rails x 9 = 18 fit. Each rail owns a block of 32/2 = 16 ports.
+    rails_per_leaf = 2
+    assert 4 * slots > HALF >= rails_per_leaf * slots
+    leaves = RAILS // rails_per_leaf  # 4
+    uplinks = leaves * HALF  # 128: every leaf keeps 32 uplinks whatever its fill (1:1 when full)
+    spines = 2  # 1 is no redundancy; 2 x 64 ports take 4 leaves x 16 cables exactly
+    assert spines * RADIX == uplinks
     assert plan.tiers == 2
     assert (plan.count("leaf"), plan.count("spine"), plan.count("core")) == (leaves, spines, 0)
-    assert plan.rails_per_leaf[1] == HALF // 8 == 4
-    assert [s.name for s in plan.switches] == ["leaf-su1-r0-3", "leaf-su1-r4-7", "spine-01",
-                                               "spine-02"]
+    assert plan.rails_per_leaf[1] == rails_per_leaf
+    assert [s.name for s in plan.switches] == ["leaf-su1-r0-1", "leaf-su1-r2-3", "leaf-su1-r4-5",
+                                               "leaf-su1-r6-7", "spine-01", "spine-02"]
     assert len(plan.cables_of("hca")) == hcas
     assert len(plan.cables_of("leaf-spine")) == uplinks
     assert len(plan.cables_of("sm")) == 2
-    assert len(plan.cables) == hcas + uplinks + 2 == 130
-    assert plan.bisection_tbps == hcas * LINK_GBPS / 2 / 1000 == 12.8
-    assert plan.oversubscription == 1.0
-    # Media: nodes 00-03 share rack r01 with the switches (copper), 04-07 and sm-02 are in r02.
-    optical_hca = 4 * RAILS + 1  # + sm-02
-    assert bom_qty(plan, "MMA4Z00-NS400") == optical_hca  # one SR4 per optical HCA port
-    assert bom_qty(plan, "MFP7E10-Nxxx") == optical_hca  # one fiber per optical link
-    # Switch cages hold two ports: slots (4,5) and (6,7) of each 8-slot rail block, + sm-02.
-    assert bom_qty(plan, "MMA4Z00-NS") == 2 * RAILS + 1
-    assert bom_qty(plan, "MCP7Y00-N00x") == 2 * RAILS + 1  # splitters: slots (0,1), (2,3), sm-01
-    assert bom_qty(plan, "MCP4Y10-N00x") == uplinks // 2  # leaf-spine twin DACs, 2 links each
+    assert len(plan.cables) == hcas + uplinks + 2 == 194
+    assert plan.bisection_tbps == hcas * LINK_GBPS / 2 / 1000 == 12.8  # the HCA cut is narrowest
+    # Busiest leaf: 2 rails x 8 nodes + one SM host on 32 uplinks, well under 1:1.
+    assert plan.oversubscription == round((rails_per_leaf * 8 + 1) / HALF, 4) < 1
+    # Media (tests/test_fabric_bom.py has the whole BOM): a DGX H100 cage carries two rails to
+    # two switch cages, so every compute link is a fiber (r01 or not); sm-02 is in r02 (fiber),
+    # sm-01 in r01 (splitter DAC); leaf-spine stays in r01 (twin-port DACs, 2 links each).
+    fibers = hcas + 1
+    assert bom_qty(plan, "MQM9700-NS2F") == leaves + spines == 6
+    assert bom_qty(plan, "MFP7E10-Nxxx") == fibers  # one fiber per optical link
+    assert bom_qty(plan, "MMA4Z00-NS-FLT") == 8 * RAILS // 2  # one per DGX cage
+    assert bom_qty(plan, "MMA4Z00-NS") == hcas // 2 + 1  # leaf down cages + sm-02's leaf cage
+    assert bom_qty(plan, "MMA4Z00-NS400") == 1  # sm-02's single-port adapter
+    assert bom_qty(plan, "MCP7Y00-N00x") == 1  # sm-01
+    assert bom_qty(plan, "MCP4Y10-N00x") == uplinks // 2 == 64
     sc = plan.seeds_check
     assert (sc.seed_leaves, sc.seed_spines, sc.seed_cables) == (2, 2, 80)
-    assert (sc.hca_links, sc.uplink_links, sc.sm_links) == (64, 64, 2)
+    assert (sc.leaves, sc.spines) == (leaves, spines)
+    assert "switches differ: 4 leaf + 2 upper-tier" in sc.verdict
+    assert (sc.hca_links, sc.uplink_links, sc.sm_links) == (64, 128, 2)
     assert sc.seed_oversubscription == "64:16 = 4:1"
-    assert sc.physical_cables == optical_hca + (2 * RAILS + 1) + uplinks // 2 == 82
-    assert "130 400G links" in sc.verdict and "not ~80" in sc.verdict
+    assert sc.physical_cables == fibers + 1 + uplinks // 2 == 130
+    assert "194 400G links" in sc.verdict and "not ~80" in sc.verdict
 
 
 def test_prod_rails_land_on_rail_leaves_with_fixed_ports() -> None:
     plan = plan_fabric(cluster(8), PROD_SMS, prod_spec())
     n3 = plan.placement("gpu-node-03")
+    # leaf port = 1 + (rail mod 2) x 16 + slot: rail a of a leaf on ports 1-16, rail b 17-32
     assert [(r.rail, r.hca, r.leaf, r.leaf_port) for r in n3.rails[:5]] == [
-        (0, "mlx5_0", "leaf-su1-r0-3", 4), (1, "mlx5_3", "leaf-su1-r0-3", 12),
-        (2, "mlx5_4", "leaf-su1-r0-3", 20), (3, "mlx5_5", "leaf-su1-r0-3", 28),
-        (4, "mlx5_6", "leaf-su1-r4-7", 4)]
-    assert n3.leaves == ("leaf-su1-r0-3", "leaf-su1-r4-7")
+        (0, "mlx5_0", "leaf-su1-r0-1", 4), (1, "mlx5_3", "leaf-su1-r0-1", 20),
+        (2, "mlx5_4", "leaf-su1-r2-3", 4), (3, "mlx5_5", "leaf-su1-r2-3", 20),
+        (4, "mlx5_6", "leaf-su1-r4-5", 4)]
+    assert n3.leaves == ("leaf-su1-r0-1", "leaf-su1-r2-3", "leaf-su1-r4-5", "leaf-su1-r6-7")
     assert plan.su_members() == {1: tuple(f"gpu-node-{i:02d}" for i in range(8))}
-    # master and standby on different switches, spare spine ports from the top
-    assert [(s.hostname, s.switch, s.port) for s in plan.sm] == [
-        ("sm-01", "spine-01", 64), ("sm-02", "spine-02", 64)]
+    # Master and standby on different leaves of the SU, in the reserved slot: the last of the
+    # first rail block (slot 15, port 16), never a spine.
+    sms = [(s.hostname, s.switch, s.port) for s in plan.sm]
+    assert sms == [("sm-01", "leaf-su1-r0-1", 16), ("sm-02", "leaf-su1-r2-3", 16)]
+    # Slots 8..14 can still be filled (15 nodes + the SM slot = 16 = one rail block): nothing
+    # already cabled moves, and no node takes the SM port.
+    grown = plan_fabric(cluster(15), PROD_SMS, prod_spec())
+    assert grown.placement("gpu-node-03") == n3
+    assert [(s.hostname, s.switch, s.port) for s in grown.sm] == sms
 
 
 def test_full_su_32_nodes() -> None:
@@ -91,11 +112,16 @@ def test_full_su_32_nodes() -> None:
     assert plan.count("spine") == uplinks // RADIX == 4  # 4 x 64 ports, 8 cables per pair
     assert len(plan.cables) == hcas + uplinks == 512
     assert plan.switch("leaf-su1-r5").rails == (5,)
-    # With two SM hosts the 4 spines are full: the planner takes 8 (4 cables per pair) rather
-    # than put an SM host on a node slot.
-    with_sm = plan_fabric(cluster(32), PROD_SMS, FabricSpec())
-    assert with_sm.count("spine") == 8
-    assert {s.switch for s in with_sm.sm} == {"spine-01", "spine-02"}
+    # With SM hosts the (last) SU keeps one slot for them: a full SU is 31 DGX + the UFM slot
+    # (DGX SuperPOD). Slot 31 is port 32 of every rail leaf; master and standby take it on the
+    # rail-0 and rail-1 leaves. The spines are unchanged (4, full).
+    with pytest.raises(PlanError, match="fills all 32 slots.*leave slot 31 of SU 1 free"):
+        plan_fabric(cluster(32), PROD_SMS, FabricSpec())
+    with_sm = plan_fabric(cluster(31), PROD_SMS, FabricSpec())
+    assert (with_sm.rails_per_leaf[1], with_sm.count("leaf")) == (1, leaves)
+    assert with_sm.count("spine") == uplinks // RADIX == 4
+    assert [(s.switch, s.port) for s in with_sm.sm] == [("leaf-su1-r0", 32), ("leaf-su1-r1", 32)]
+    assert len(with_sm.cables) == 31 * RAILS + 2 + uplinks
 
 
 def test_256_nodes_is_the_two_tier_limit() -> None:
@@ -107,10 +133,15 @@ def test_256_nodes_is_the_two_tier_limit() -> None:
     assert (plan.count("leaf"), plan.count("spine")) == (leaves, spines) == (64, 32)
     assert len(plan.cables) == 2 * hcas
     assert plan.bisection_tbps == hcas * LINK_GBPS / 2 / 1000 == 409.6
-    # every spine port is used: SM hosts need a free slot here
-    with pytest.raises(PlanError, match="no free switch port"):
+    # Every leaf down port is a node's: the SM hosts need a slot, the last of the last SU
+    # (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot); a free slot elsewhere does not do.
+    with pytest.raises(PlanError, match="fills all 32 slots.*leave slot 31 of SU 8 free"):
         plan_fabric(cluster(256), PROD_SMS, FabricSpec())
+    with pytest.raises(PlanError, match="leave slot 31 of SU 8 free"):
+        plan_fabric([n for n in cluster(256) if (n.su, n.slot) != (1, 31)], PROD_SMS,
+                    FabricSpec())
     freed = plan_fabric(cluster(255), PROD_SMS, FabricSpec())
+    assert (freed.tiers, freed.count("leaf"), freed.count("spine")) == (2, leaves, spines)
     assert {(s.switch, s.port) for s in freed.sm} == {("leaf-su8-r0", 32), ("leaf-su8-r1", 32)}
 
 
@@ -150,7 +181,7 @@ def test_placeholders_are_counted_and_distinct() -> None:
     plan = plan_fabric(cluster(8), PROD_SMS, spec)
     assert plan.placeholders.hca_guids == 64
     assert plan.placeholders.sm_guids == 0
-    assert plan.placeholders.switch_guids == 3
+    assert plan.placeholders.switch_guids == 4 + 2 - 1  # 4 leaves + 2 spines, spine-01 given
     assert "64 HCA GUIDs" in plan.placeholders.message()
     assert plan.switch("spine-01").guid == "0x0002c90300a00100"  # normalised
     assert any("spine-09" in w for w in plan.warnings)
@@ -219,7 +250,7 @@ def test_rendered_files_deterministic_and_complete() -> None:
     assert files["fabric/root_guids.conf"].split() == [s.guid for s in plan.switches
                                                        if s.role == "spine"]
     assert len(files["fabric/cn_guids.conf"].split()) == 64
-    assert len(files["fabric/cabling.csv"].splitlines()) == 1 + 130
+    assert len(files["fabric/cabling.csv"].splitlines()) == 1 + 64 + 128 + 2  # header, links
     assert "sm_priority 15" in files["fabric/sm/sm-01/opensm.conf"]
     assert "sm_priority 0" in files["fabric/opensm.conf"]
     assert "routing_engine ftree,updn" in files["fabric/opensm.conf"]
@@ -238,21 +269,21 @@ def test_partitions_syntax() -> None:
     assert not warnings
     lines = text.splitlines()
     assert not any(line.strip() == ";" for line in lines)  # opensm 3.3.23 parse error
-    assert "Default=0x7fff, ipoib :" in lines
-    assert "training=0x0a01, ipoib, defmember=full :" in lines
-    inference = text.split("inference=")[1].split(";")[0]
-    assert inference.count("0x946") + inference.count("0x0201") == 16  # 2 hosts x 8 rails
+    assert "Default=0x7fff, ipoib, mtu=5 :" in lines
+    assert "compute=0x0a01, indx0, ipoib, mtu=5, defmember=full :" in lines
+    tenant = text.split("tenant=")[1].split(";")[0]
+    assert tenant.count("0x946") + tenant.count("0x0201") == 16  # 2 hosts x 8 rails
     storage = text.split("storage=")[1].split(";")[0]
     assert "defmember=limited" in storage and f"{STORAGE_GUID}=full" in storage
     with pytest.raises(PlanError, match="0x7fff"):
-        render_partitions(plan, (Partition("x", 0x7FFF),))
+        render_partitions(plan, (Partition("x", 0x7FFF, data_path=True),))
     with pytest.raises(PlanError, match="already used"):
-        render_partitions(plan, (Partition("x", 1), Partition("y", 1)))
+        render_partitions(plan, (Partition("x", 1, data_path=True), Partition("y", 1)))
 
 
 def test_summary_quotes_the_seeds() -> None:
     s = summary(plan_fabric(cluster(8), PROD_SMS, prod_spec()))
-    assert s["switches"] == {"leaf": 2, "spine": 2, "core": 0}
-    assert s["links"] == {"hca": 64, "sm": 2, "leaf-spine": 64, "spine-core": 0}
+    assert s["switches"] == {"leaf": 4, "spine": 2, "core": 0}  # 2 rails x (8 + 1 SM) slots
+    assert s["links"] == {"hca": 64, "sm": 2, "leaf-spine": 4 * 32, "spine-core": 0}
     assert s["seeds_check"]["seed"] == "2 leaf + 2 core, ~80 cables"
     assert s["bisection_tbps"] == 12.8

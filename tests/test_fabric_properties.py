@@ -17,6 +17,7 @@ from components.planning.fabric import (
     plan_fabric,
     render_fabric_files,
 )
+from components.planning.fabric.bom import PARTS, cable_parts, cage_use
 
 SPEC = FabricSpec()
 # database=None: no .hypothesis/ directory in the work tree; failures print their example.
@@ -57,8 +58,10 @@ def _plan(m: list[int], k: int, missing: set[int] | None = None) -> FabricPlan |
 
     try:
         return plan_fabric(_nodes(m, missing or set()), _sms(k), SPEC)
-    except PlanError as e:  # only a completely full fabric may refuse SM hosts
-        assert "no free switch port" in str(e)
+    except PlanError as e:  # SM hosts are refused only when the last SU uses its last slot,
+        # the one it keeps for them (DGX SuperPOD: 31 DGX and the UFM slot in that SU)
+        assert k and m[-1] >> 31 & 1, str(e)
+        assert "fills all 32 slots of the last SU" in str(e)
         return None
 
 
@@ -92,6 +95,11 @@ def _check_structure(plan: FabricPlan, nodes: list[FabricNode]) -> None:
             assert leaf.su == by_host[p.hostname].su and r.rail in leaf.rails
     assert plan.hca_ports == sum(len(n.ports) for n in nodes)
     assert plan.oversubscription <= 1
+    # SM hosts on leaves of the last SU (never a spine or core: ftree routes nothing between
+    # its roots), master and standby on different leaves, on ports no node can take.
+    last_su = max(n.su for n in nodes)
+    assert all(sw[s.switch].role == "leaf" and sw[s.switch].su == last_su for s in plan.sm)
+    assert len({s.switch for s in plan.sm}) == len(plan.sm)
 
 
 def _check_reachability(plan: FabricPlan) -> None:
@@ -119,6 +127,32 @@ def _check_reachability(plan: FabricPlan) -> None:
         assert all(leaf in dist for leaf in leaves), f"{start} cannot reach every leaf"
 
 
+def _check_cages(plan: FabricPlan) -> None:
+    """Cages and BOM add up (bom.py): a twin-port cage holds at most two links and either one
+    transceiver or one DAC end; every DGX H100 link is a fiber (its cage's rails never share a
+    switch cage); the BOM counts one transceiver per optical cage and one fiber per link."""
+    parts = cable_parts(plan.cables)
+    links: dict[object, int] = {}
+    optical: set[object] = set()
+    copper: set[object] = set()
+    for p in parts:
+        for c in (p.a_cage, p.b_cage):
+            links[c] = links.get(c, 0) + 1
+            (optical if p.media == "optical" else copper).add(c)
+        if p.b_cage.kind == "dgx":
+            assert (p.media, p.a_module, p.b_module) == ("optical", PARTS["twin_sr8"],
+                                                         PARTS["twin_sr8_flat"])
+    assert all(n <= (1 if c.kind == "adapter" else 2) for c, n in links.items())  # type: ignore[attr-defined]
+    assert not optical & copper
+    use = cage_use(plan.cables)
+    qty = {part: sum(b.quantity for b in plan.bom if b.part == part) for part in PARTS.values()}
+    assert qty[PARTS["fiber"]] == use.fibers == sum(p.media == "optical" for p in parts)
+    assert qty[PARTS["twin_sr8"]] + qty[PARTS["twin_sr8_flat"]] + qty[PARTS["sr4_flat"]] == len(
+        optical)
+    assert qty[PARTS["twin_sr8_flat"]] == use.dgx_cages == use.dgx_optical
+    assert sum(b.quantity for b in plan.bom if b.category == "cable") == use.physical_cables
+
+
 @SLOW
 @given(masks, sm_count, st.sets(st.integers(0, 40), max_size=3))
 def test_structure_reachability_determinism(m: list[int], k: int, missing: set[int]) -> None:
@@ -128,6 +162,7 @@ def test_structure_reachability_determinism(m: list[int], k: int, missing: set[i
         return
     _check_structure(plan, nodes)
     _check_reachability(plan)
+    _check_cages(plan)
     assert plan.tiers == (2 if plan.count("leaf") <= SPEC.radix else 3)
     # deterministic, whatever the input order
     assert plan_fabric(list(reversed(nodes)), _sms(k)[::-1], SPEC) == plan

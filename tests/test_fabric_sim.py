@@ -9,9 +9,12 @@ the HCAs, and that the verifier finds the simulated fabric identical to the plan
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO, prod_raw
 from fabric_sim import (
     PROD_SMS,
     Faults,
@@ -23,6 +26,9 @@ from fabric_sim import (
     write_fabric,
 )
 
+from components.config import validate_cluster
+from components.fabric import sm_restart_order, sm_role_wait
+from components.planning import placement
 from components.planning.fabric import (
     FabricNode,
     FabricPlan,
@@ -32,6 +38,7 @@ from components.planning.fabric import (
     render_topology_net,
     verify_plan,
 )
+from components.planning.fabric.sm_files import render_opensm_conf
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
@@ -59,11 +66,13 @@ def _lids_on_block_edge() -> FabricPlan:
 
 CASES = {
     "prod-8": lambda: plan_fabric(cluster(8), PROD_SMS, prod_spec()),
-    "su-32": lambda: plan_fabric(cluster(32), PROD_SMS, prod_spec()),
+    # A full SU as DGX SuperPOD builds it: 31 nodes and the slot the SM hosts take.
+    "su-31-and-sms": lambda: plan_fabric(cluster(31, per_su=31), PROD_SMS, prod_spec()),
     "two-tier-max-256": lambda: plan_fabric(cluster(256), (), FabricSpec()),
-    # The core tier, small enough for ibsim: two pods (4 full SUs + 1 node), SM hosts on cores.
+    # The core tier, small enough for ibsim: two pods (4 full SUs + 1 node), SM hosts in SU 1.
     "top-lid-128": _lids_on_block_edge,
-    "three-tier-2-pods": lambda: plan_fabric(cluster(129), PROD_SMS, FabricSpec(tiers=3)),
+    "three-tier-2-pods": lambda: plan_fabric(cluster(125, per_su=31), PROD_SMS,
+                                             FabricSpec(tiers=3)),
 }
 
 
@@ -99,23 +108,70 @@ def test_opensm_routes_the_rendered_fabric(case: str, tmp_path: Path) -> None:
 
 
 def _check_pkeys(sim: SimFabric, plan: FabricPlan, lids: dict[str, int]) -> None:
-    by_pkey = {p.name: p.pkey for p in plan.spec.partitions}
+    """What opensm wrote into each port's P_Key table (`smpquery pkeys`): the data path's
+    P_Key, full, at index 0 of every compute port (NCCL_IB_PKEY defaults to index 0, an IPoIB
+    parent interface uses index 0); the Default partition limited; tenants and storage as
+    their member types say."""
+    parts = {p.name: p for p in plan.spec.partitions}
+    data_path = next(p for p in plan.spec.partitions if p.data_path)
     tenants = {h for p in plan.spec.partitions if p.hosts for h in p.hosts}
     nodes = plan.nodes if len(plan.nodes) <= 8 else (plan.nodes[0], plan.nodes[-1])
     for n in nodes:
         for r in n.rails:
             if f"{n.hostname} {r.hca}" == sim.sim_host:
                 continue  # the SM's own port is a full Default member (SELF=full)
-            pkeys = set(sim.pkeys(lids[f"{n.hostname} {r.hca}"]))
-            assert 0x7FFF in pkeys and 0xFFFF not in pkeys  # Default: limited only
-            if "training" in by_pkey:
-                assert FULL | by_pkey["training"] in pkeys
-            if "storage" in by_pkey:  # storage clients are limited members
-                assert by_pkey["storage"] in pkeys and FULL | by_pkey["storage"] not in pkeys
-            if "inference" in by_pkey:
-                assert (FULL | by_pkey["inference"] in pkeys) == (n.hostname in tenants)
+            table = sim.pkey_table(lids[f"{n.hostname} {r.hca}"])
+            assert table[0] == FULL | data_path.pkey, (n.hostname, r.hca, table[:4])
+            assert 0x7FFF in table and 0xFFFF not in table  # Default: limited only
+            if "storage" in parts:  # storage clients are limited members
+                pkey = parts["storage"].pkey
+                assert pkey in table and FULL | pkey not in table
+            if "tenant" in parts:
+                assert (FULL | parts["tenant"].pkey in table) == (n.hostname in tenants)
     for s in plan.sm:
-        assert 0xFFFF in sim.pkeys(lids[f"{s.hostname} {s.hca}"])
+        assert sim.pkey_table(lids[f"{s.hostname} {s.hca}"])[0] == 0xFFFF
+
+
+def _prod_plan() -> FabricPlan:
+    cluster_ = validate_cluster(prod_raw(), REPO)
+    return placement.plan(cluster_)
+
+
+def test_prod_partitions_carry_the_data_path_and_isolate_the_rest(tmp_path: Path) -> None:
+    """The prod rendering on the real tools, with a Lustre server (one of the data path's
+    portGuids) and a stray host that is in no partition cabled to a leaf (gpu-node-07
+    unplugged for the ports). Who can talk to whom is what the SA answers: a path record
+    exists only over a P_Key both ports hold with at least one of them a full member."""
+    plan = _prod_plan()
+    data_path = next(p for p in plan.spec.partitions if p.data_path)
+    server = data_path.port_guids[0]
+    leaf = next(s for s in plan.switches if s.tier == 1).name
+    net = (_faulted(plan).remove_host("gpu-node-07")
+           .attach_ca("lustre-oss-01 mlx5_0", server, leaf)
+           .attach_ca("stray-01 mlx5_0", "0x0c42a10300c10001", leaf).net())
+    conf = write_fabric(plan, tmp_path)
+    with SimFabric(tmp_path, net, sim_host=_sim_host(plan)) as sim, sim.running_opensm(conf):
+        lids = {n.desc: n.lid for n in parse_ibnetdiscover(sim.ibnetdiscover()).nodes.values()
+                if n.kind == "ca"}
+        a, b = lids["gpu-node-00 mlx5_0"], lids["gpu-node-05 mlx5_11"]
+        oss, stray, sm2 = lids["lustre-oss-01 mlx5_0"], lids["stray-01 mlx5_0"], lids[
+            "sm-02 mlx5_0"]
+        compute = FULL | data_path.pkey
+        # Index 0 of every compute port and of the server holds the data path, full.
+        for desc, lid in lids.items():
+            if desc.startswith("gpu-node-") or desc.startswith("lustre-"):
+                assert sim.pkey_table(lid)[0] == compute, desc
+        assert sim.pkey_table(stray)[:2] == [0x7FFF, 0]  # only a limited Default member
+        # NCCL between nodes, a client to the Lustre server: over the data path.
+        assert sim.path_pkey(a, b) == compute
+        assert sim.path_pkey(a, oss) == compute
+        # A stray port reaches nobody but the subnet managers (Default: limited to full).
+        assert sim.path_pkey(a, stray) is None
+        assert sim.path_pkey(oss, stray) is None
+        assert sim.path_pkey(stray, sm2) == 0x7FFF
+        # The IPoIB broadcast group of the data path (what ib0, the pods' attachment and
+        # LNet join) at MTU code 5: 4096 bytes.
+        assert sim.ipoib_groups("gpu-node-00 mlx5_0")[compute] == 5
 
 
 # ---------------------------------------------------------------- faults in the simulator
@@ -146,19 +202,20 @@ def test_sim_clean_fabric_reports_nothing(prod: FabricPlan, tmp_path: Path) -> N
 
 # fault: (edit, finding kinds, text in each finding, engine opensm ends up with)
 FAULTS = {
-    "rails-swapped": (lambda f: f.swap(("leaf-su1-r0-3", 3), ("leaf-su1-r0-3", 11)),
+    # prod-like: 8 nodes and the SM slot, 4 leaves of 2 rails x 16 slots, 2 spines.
+    "rails-swapped": (lambda f: f.swap(("leaf-su1-r0-1", 3), ("leaf-su1-r0-1", 19)),
                       ["MISWIRE", "MISWIRE"],
-                      ["leaf-su1-r0-3 port 3 <-> gpu-node-02 rail 1 (mlx5_3)",
-                       "leaf-su1-r0-3 port 11 <-> gpu-node-02 rail 0 (mlx5_0)"], "ftree"),
-    "uplinks-swapped": (lambda f: f.swap(("leaf-su1-r4-7", 33), ("leaf-su1-r4-7", 49)),
+                      ["leaf-su1-r0-1 port 3 <-> gpu-node-02 rail 1 (mlx5_3)",
+                       "leaf-su1-r0-1 port 19 <-> gpu-node-02 rail 0 (mlx5_0)"], "ftree"),
+    "uplinks-swapped": (lambda f: f.swap(("leaf-su1-r4-5", 33), ("leaf-su1-r4-5", 49)),
                         ["MISWIRE", "MISWIRE"],
-                        ["leaf-su1-r4-7 port 33 <-> spine-02 port 17",
-                         "leaf-su1-r4-7 port 49 <-> spine-01 port 17"], "ftree"),
-    "uplink-missing": (lambda f: f.drop(("leaf-su1-r0-3", 40)), ["MISSING_CABLE"],
-                       ["leaf-su1-r0-3 port 40 <-> spine-01 port 8"], "ftree"),
-    "hca-on-spine": (lambda f: f.drop(("leaf-su1-r4-7", 9))
-                     .add(("gpu-node-00 mlx5_9", 1), ("spine-02", 50)),
-                     ["MISWIRE"], ["spine-02 port 50 <-> gpu-node-00 rail 5 (mlx5_9)"],
+                        ["leaf-su1-r4-5 port 33 <-> spine-02 port 33",
+                         "leaf-su1-r4-5 port 49 <-> spine-01 port 33"], "ftree"),
+    "uplink-missing": (lambda f: f.drop(("leaf-su1-r0-1", 40)), ["MISSING_CABLE"],
+                       ["leaf-su1-r0-1 port 40 <-> spine-01 port 8"], "ftree"),
+    "hca-on-spine": (lambda f: f.drop(("leaf-su1-r4-5", 17)).drop(("spine-02", 64))
+                     .add(("gpu-node-00 mlx5_9", 1), ("spine-02", 64)),
+                     ["MISWIRE"], ["spine-02 port 64 <-> gpu-node-00 rail 5 (mlx5_9)"],
                      "updn"),  # a compute HCA on a root: not a fat tree any more
     "node-missing": (lambda f: f.remove_host("gpu-node-05"), ["MISSING_NODE"],
                      ["8 of 8 HCA ports not discovered (host down or not cabled)"], "ftree"),
@@ -177,8 +234,92 @@ def test_sim_fault_is_reported_precisely(fault: str, prod: FabricPlan, tmp_path:
 
 
 def test_sim_leaf_to_leaf_cross_link(tmp_path: Path) -> None:
-    plan = plan_fabric(cluster(7), PROD_SMS, prod_spec())  # slot 7 free on both leaves
-    net = _faulted(plan).add(("leaf-su1-r0-3", 8), ("leaf-su1-r4-7", 16)).net()
+    # 7 nodes and the SM slot (slot 7): its rail-0 ports hold the SM hosts, the rest is free.
+    plan = plan_fabric(cluster(7), PROD_SMS, prod_spec())
+    net = _faulted(plan).add(("leaf-su1-r0-3", 16), ("leaf-su1-r4-7", 24)).net()
     report = verify_plan(plan, _discover(tmp_path, net)[0])
     assert [(f.kind, f.found) for f in report.findings] == [
-        ("EXTRA_CABLE", "leaf-su1-r0-3 port 8 <-> leaf-su1-r4-7 port 16")], report.text()
+        ("EXTRA_CABLE", "leaf-su1-r0-3 port 16 <-> leaf-su1-r4-7 port 24")], report.text()
+
+
+def test_every_sm_host_reaches_every_switch_and_the_other_sm_by_lid(tmp_path: Path) -> None:
+    """The SM hosts sit on leaves of the last SU (ftree routes no traffic between its root
+    switches, so an SM host on a spine could not reach the other spines by LID): from each SM
+    host, a LID-routed PMA query (perfquery) answers from every switch, and the LID route to
+    the other SM (ibtracert, hop by hop through the switches' forwarding tables) ends at it.
+    (ibsim's CAs do not answer PMA queries, so the SM-to-SM check walks the route.)"""
+    plan = _prod_plan()
+    assert {s.switch for s in plan.sm} == {"leaf-su1-r0-1", "leaf-su1-r2-3"}
+    conf = write_fabric(plan, tmp_path)
+    with SimFabric(tmp_path, (tmp_path / "topology.net").read_text(),
+                   sim_host=_sim_host(plan)) as sim:
+        run = sim.opensm(conf)
+        assert run.rc == 0 and run.engine == "ftree" and run.errors == [], run.log[-2000:]
+        topo = parse_ibnetdiscover(sim.ibnetdiscover())
+        lids = {n.desc: n.lid for n in topo.nodes.values()}
+        switches = {d: lid for d, lid in lids.items() if d.startswith("MF0;")}
+        assert len(switches) == len(plan.switches)
+        for sm in plan.sm:
+            me = f"{sm.hostname} {sm.hca}"
+            unreachable = [d for d, lid in sorted(switches.items())
+                           if sim.run_on(me, ["perfquery", str(lid)], 20).returncode != 0]
+            assert unreachable == [], (sm.hostname, unreachable)
+            for other in (f"{o.hostname} {o.hca}" for o in plan.sm if o is not sm):
+                trace = sim.run_on(me, ["ibtracert", str(lids[me]), str(lids[other])], 20)
+                assert trace.returncode == 0, trace.stderr[-500:]
+                assert trace.stdout.strip().splitlines()[-1].endswith(f'"{other}"'), trace.stdout
+
+
+# ---------------------------------------------------------------- subnet-manager restarts
+
+
+def _role_wait(sim: SimFabric, host: str, master: bool, seconds: int
+               ) -> subprocess.CompletedProcess[str]:
+    """The wait the rendered apply-opensm.sh runs after its restart, with the real sminfo
+    (umad2sim names every simulated HCA ibsim0; on the host it is the SM's mlx5_N)."""
+    script = "set -euo pipefail\n" + "\n".join(sm_role_wait("ibsim0", master, seconds)) + "\n"
+    return sim.run_on(host, ["bash", "-c", script], seconds + 30)
+
+
+def test_subnet_managers_restart_one_at_a_time_standby_first(tmp_path: Path) -> None:
+    """The order `pulumi up` applies the prod SM hosts in, on two real opensm daemons: the
+    standby first, back in its role before the master restarts; the fabric always has a
+    master. At first bring-up the standby is alone (MASTER) until the master takes over."""
+    plan = _prod_plan()
+    write_fabric(plan, tmp_path)
+    sms = {s.hostname: s for s in plan.sm}
+    order = sm_restart_order({h: s.priority for h, s in sms.items()})
+    assert order == ["sm-02", "sm-01"]  # priority 14 (standby), then 15 (master)
+    confs = {}
+    for h, s in sms.items():
+        confs[h] = tmp_path / f"{h}.conf"
+        confs[h].write_text(render_opensm_conf(plan, priority=s.priority, etc_dir=str(tmp_path),
+                                               log_file=str(tmp_path / f"{h}.log")))
+    port = {h: f"{h} {s.hca}" for h, s in sms.items()}
+    net = (tmp_path / "topology.net").read_text()
+    with SimFabric(tmp_path, net, sim_host=port["sm-01"]) as sim:
+        procs = {}
+        try:
+            # First bring-up, in that order.
+            for h in order:
+                procs[h] = sim.start_opensm(confs[h], port[h])
+                run = _role_wait(sim, port[h], h == "sm-01", 60)
+                assert run.returncode == 0, run.stderr[-1000:]
+                assert "is back: SMINFO_MASTER" in run.stdout  # sm-02 alone, then sm-01
+            deadline = time.monotonic() + 60
+            while sim.sm_state(port["sm-02"]) != "SMINFO_STANDBY":
+                assert time.monotonic() < deadline, "sm-02 never handed over to sm-01"
+                time.sleep(1)
+            # A change: the standby restarts first and comes back STANDBY under the master.
+            sim.stop(procs["sm-02"])
+            procs["sm-02"] = sim.start_opensm(confs["sm-02"], port["sm-02"])
+            run = _role_wait(sim, port["sm-02"], False, 60)
+            assert run.returncode == 0 and "is back: SMINFO_STANDBY" in run.stdout, run
+            assert sim.sm_state(port["sm-01"]) == "SMINFO_MASTER"
+            # The master's wait is strict: a standby never passes it.
+            run = _role_wait(sim, port["sm-02"], True, 10)
+            assert run.returncode == 1
+            assert "is SMINFO_STANDBY 10 s after its restart, not MASTER" in run.stderr
+        finally:
+            for proc in procs.values():
+                sim.stop(proc)

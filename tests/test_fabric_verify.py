@@ -24,13 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def prod() -> FabricPlan:
+    """8 nodes and the SM slot: 4 leaves of 2 rails x 16 slots (rail a on ports 1-16, rail b
+    on 17-32; nodes in slots 0-7, the SM hosts on port 16 of leaf-su1-r0-1 and -r2-3), each
+    leaf with 32 uplinks (ports 33-64), 16 to each of the 2 spines (spine port =
+    1 + leaf index x 16 + k): the spines are full."""
     return plan_fabric(cluster(8), PROD_SMS, prod_spec())
-
-
-@pytest.fixture(scope="module")
-def prod7() -> FabricPlan:
-    """prod with slot 7 empty: free leaf ports for a stray cable."""
-    return plan_fabric(cluster(7), PROD_SMS, prod_spec())
 
 
 def faults(plan: FabricPlan) -> Faults:
@@ -45,7 +43,8 @@ def test_clean_fabric(prod: FabricPlan) -> None:
     report = verify_plan(prod, faults(prod).net())
     assert report.ok, report.text()
     assert "fabric matches the plan" in report.text()
-    assert (report.planned_links, report.discovered_links) == (130, 130)
+    links = 8 * 8 + 4 * 32 + 2  # HCA links + leaf uplinks + SM hosts
+    assert (report.planned_links, report.discovered_links) == (links, links) == (194, 194)
 
 
 def test_rails_swapped_on_one_node(prod: FabricPlan) -> None:
@@ -54,49 +53,60 @@ def test_rails_swapped_on_one_node(prod: FabricPlan) -> None:
     report = verify_plan(prod, net)
     assert kinds(report) == ["MISWIRE", "MISWIRE"]
     texts = report.text()
-    assert "leaf-su1-r0-3 port 3: found leaf-su1-r0-3 port 3 <-> gpu-node-02 rail 1 (mlx5_3)" \
+    # slot 2: rail 0 on port 1 + 2, rail 1 on port 1 + 16 + 2 of the same leaf
+    assert (r0.leaf, r0.leaf_port, r1.leaf, r1.leaf_port) == ("leaf-su1-r0-1", 3,
+                                                              "leaf-su1-r0-1", 19)
+    assert "leaf-su1-r0-1 port 3: found leaf-su1-r0-1 port 3 <-> gpu-node-02 rail 1 (mlx5_3)" \
         in texts
-    assert "plan: leaf-su1-r0-3 port 3 <-> gpu-node-02 rail 0 (mlx5_0)" in texts
+    assert "plan: leaf-su1-r0-1 port 3 <-> gpu-node-02 rail 0 (mlx5_0)" in texts
 
 
 def test_uplinks_swapped(prod: FabricPlan) -> None:
-    net = faults(prod).swap(("leaf-su1-r0-3", 33), ("leaf-su1-r0-3", 49)).net()
+    # uplink 0 (port 33) goes to spine-01 port 1, uplink 16 (port 49) to spine-02 port 1
+    net = faults(prod).swap(("leaf-su1-r0-1", 33), ("leaf-su1-r0-1", 49)).net()
     report = verify_plan(prod, net)
     assert kinds(report) == ["MISWIRE", "MISWIRE"]
-    assert {f.where for f in report.findings} == {"leaf-su1-r0-3 port 33",
-                                                  "leaf-su1-r0-3 port 49"}
-    assert "leaf-su1-r0-3 port 33 <-> spine-02 port 1" in report.findings[0].found
+    assert {f.where for f in report.findings} == {"leaf-su1-r0-1 port 33",
+                                                  "leaf-su1-r0-1 port 49"}
+    assert "leaf-su1-r0-1 port 33 <-> spine-02 port 1" in report.findings[0].found
 
 
 def test_uplink_missing(prod: FabricPlan) -> None:
-    report = verify_plan(prod, faults(prod).drop(("leaf-su1-r4-7", 64)).net())
+    # the last uplink of the last (4th) leaf: spine-02 port 1 + 3 x 16 + 15, its last port
+    report = verify_plan(prod, faults(prod).drop(("leaf-su1-r6-7", 64)).net())
     assert kinds(report) == ["MISSING_CABLE"]
-    assert report.findings[0].expected == "leaf-su1-r4-7 port 64 <-> spine-02 port 32"
+    assert report.findings[0].expected == "leaf-su1-r6-7 port 64 <-> spine-02 port 64"
 
 
-def test_leaf_to_leaf_cross_link_on_free_ports(prod7: FabricPlan) -> None:
-    net = faults(prod7).add(("leaf-su1-r0-3", 8), ("leaf-su1-r4-7", 8)).net()
-    report = verify_plan(prod7, net)
+def test_leaf_to_leaf_cross_link_on_free_ports(prod: FabricPlan) -> None:
+    # slots 8-14 are free in every rail block: port 9 (rail a, slot 8), port 25 (rail b, slot 8)
+    net = faults(prod).add(("leaf-su1-r0-1", 9), ("leaf-su1-r6-7", 25)).net()
+    report = verify_plan(prod, net)
     assert kinds(report) == ["EXTRA_CABLE"]
-    assert report.findings[0].found == "leaf-su1-r0-3 port 8 <-> leaf-su1-r4-7 port 8"
+    assert report.findings[0].found == "leaf-su1-r0-1 port 9 <-> leaf-su1-r6-7 port 25"
 
 
 def test_leaf_uplinks_cabled_to_each_other(prod: FabricPlan) -> None:
-    f = faults(prod).drop(("leaf-su1-r0-3", 64)).drop(("leaf-su1-r4-7", 64))
-    report = verify_plan(prod, f.add(("leaf-su1-r0-3", 64), ("leaf-su1-r4-7", 64)).net())
+    f = faults(prod).drop(("leaf-su1-r0-1", 64)).drop(("leaf-su1-r6-7", 64))
+    report = verify_plan(prod, f.add(("leaf-su1-r0-1", 64), ("leaf-su1-r6-7", 64)).net())
     assert kinds(report) == ["MISWIRE"]
-    assert report.findings[0].expected == ("leaf-su1-r0-3 port 64 <-> spine-02 port 16; "
-                                           "leaf-su1-r4-7 port 64 <-> spine-02 port 32")
+    # uplink 31 of leaf 0 and of leaf 3: spine-02 ports 1 + 0 x 16 + 15 and 1 + 3 x 16 + 15
+    assert report.findings[0].expected == ("leaf-su1-r0-1 port 64 <-> spine-02 port 16; "
+                                           "leaf-su1-r6-7 port 64 <-> spine-02 port 64")
 
 
 def test_hca_cabled_to_a_spine(prod: FabricPlan) -> None:
-    f = faults(prod).drop(("leaf-su1-r0-3", 1)).add(("gpu-node-00 mlx5_0", 1), ("spine-01", 40))
+    # The spines are full: the stray HCA cable takes the place of an uplink (spine-01 port 40 =
+    # 1 + 2 x 16 + 7: uplink 7 of the third leaf, leaf-su1-r4-5 port 40).
+    f = (faults(prod).drop(("leaf-su1-r0-1", 1)).drop(("spine-01", 40))
+         .add(("gpu-node-00 mlx5_0", 1), ("spine-01", 40)))
     report = verify_plan(prod, f.net())
     assert kinds(report) == ["MISWIRE"]
     finding = report.findings[0]
     assert finding.where == "spine-01 port 40"
     assert finding.found == "spine-01 port 40 <-> gpu-node-00 rail 0 (mlx5_0)"
-    assert "gpu-node-00 rail 0 (mlx5_0) <-> leaf-su1-r0-3 port 1" in finding.expected
+    assert "gpu-node-00 rail 0 (mlx5_0) <-> leaf-su1-r0-1 port 1" in finding.expected
+    assert "spine-01 port 40 <-> leaf-su1-r4-5 port 40" in finding.expected
 
 
 def test_missing_node(prod: FabricPlan) -> None:
@@ -104,7 +114,8 @@ def test_missing_node(prod: FabricPlan) -> None:
     assert kinds(report) == ["MISSING_NODE"]
     assert report.findings[0].where == "gpu-node-05"
     assert "8 of 8 HCA ports" in report.findings[0].found
-    assert "gpu-node-05 rail 7 (mlx5_11) on leaf-su1-r4-7 port 30" in report.findings[0].expected
+    # rail 7 is rail b of leaf-su1-r6-7: port 1 + 16 + slot 5
+    assert "gpu-node-05 rail 7 (mlx5_11) on leaf-su1-r6-7 port 22" in report.findings[0].expected
 
 
 def test_unexpected_node_and_placeholder_matching(prod: FabricPlan) -> None:

@@ -18,6 +18,8 @@ from sandbox import (
     STUB_INIT_TOKEN,
     Run,
     Sandbox,
+    dgx_h100,
+    dgx_h100_drives,
     diff_snapshots,
     prod_cluster,
     prod_scripts,
@@ -48,6 +50,10 @@ CP = CLUSTER.control_plane[0].hostname
 GPU = CLUSTER.nodes[0].hostname
 SM = CLUSTER.fabric.subnet_managers[0].host
 KUBE_PKG = f"{CLUSTER.kubernetes.version}-1.1"
+# GPU nodes are DGX H100s with DGX OS on the M.2 RAID1 and blank data drives (DGX OS's own data
+# array at /raid is adopted instead: tests/test_scratch_raid.py).
+DATA_IDS = dgx_h100_drives().data_ids
+SCRATCH = CLUSTER.storage.scratch
 
 
 def pci(rail: int) -> str:
@@ -57,7 +63,10 @@ def pci(rail: int) -> str:
 def sandbox(tmp_path: Path, host: str, drop_hca: str | None = None) -> Sandbox:
     node = NODES.get(host)
     hcas = {r.hca: pci(r.index) for r in node.rails if r.hca != drop_hca} if node else {}
-    return Sandbox(tmp_path / host, host, hcas)
+    sb = Sandbox(tmp_path / host, host, hcas)
+    if node:
+        dgx_h100(sb, data_array=False)
+    return sb
 
 
 def ok(run: Run) -> Run:
@@ -103,20 +112,27 @@ def check_kube_prereqs(sb: Sandbox, run: Run) -> None:
 def check_gpu_prepare(sb: Sandbox, run: Run) -> None:
     check_kube_prereqs(sb, run)
     node = NODES[sb.hostname]
-    devices = [f"/dev/{d}" for d in node.template.nvme_devices]
-    (create,) = run.find("mdadm", "--create")
-    assert create[2] == "/dev/md/scratch" and "--level=0" in create
-    assert f"--raid-devices={len(devices)}" in create and list(create[-len(devices):]) == devices
-    assert run.find("mkfs.xfs") == [("mkfs.xfs", "/dev/md/scratch")]
-    assert run.count("mount", "/scratch") == 1
-    assert "/dev/md/scratch /scratch xfs" in sb.path("/etc/fstab").read_text()
+    # The data drives by id, in by-id order, whatever the kernel called them.
+    assert run.find("mdadm", "--create") == [(
+        "mdadm", "--create", "/dev/md/scratch", "--run", "--level=0",
+        f"--raid-devices={len(DATA_IDS)}", *DATA_IDS)]
+    mkfs = f"mkfs.{SCRATCH.filesystem}"
+    assert run.find(mkfs) == [(mkfs, "/dev/md/scratch")]
+    assert run.count("mount", SCRATCH.mount_point) == 1
+    assert re.search(rf"^UUID=[-0-9a-f]+ {SCRATCH.mount_point} {SCRATCH.filesystem} "
+                     "defaults,noatime,nofail 0 0$", sb.path("/etc/fstab").read_text(), re.M)
     assert run.count("update-grub") == 1 and run.count("update-initramfs", "-u") == 1
     assert "iommu=pt" in sb.path("/etc/default/grub.d/90-gpu-cluster.cfg").read_text()
     for r in node.rails:
         link = sb.path(f"/etc/systemd/network/10-gpu-cluster-ib{r.index}.link").read_text()
         assert f"Path=pci-{pci(r.index)}\n" in link and f"Name=ib{r.index}" in link
-    lnet = sb.path("/etc/modprobe.d/lustre.conf").read_text()
-    assert lnet == 'options lnet networks="o2ib0(ib0,ib1,ib2,ib3,ib4,ib5,ib6,ib7)"\n'
+    # LNet: the pinned client, /etc/lnet.conf for `lnetctl import` (tests/test_lnet.py runs it
+    # on a host whose rails have their names; here they do not yet, so nothing is loaded).
+    assert not sb.path("/etc/modprobe.d/lustre.conf").exists()
+    assert "- net type: o2ib0" in sb.path("/etc/lnet.conf").read_text()
+    assert run.count("apt-get", "install", "-y", "--allow-change-held-packages",
+                     f"lustre-client-utils={CLUSTER.storage.lustre_client.version}") == 1
+    assert not run.find("lnetctl", "import")
 
 
 def check_cp_prepare(sb: Sandbox, run: Run) -> None:
@@ -223,20 +239,20 @@ def test_reboot_assembles_the_scratch_array_and_never_formats_it(tmp_path: Path)
     sb.reboot()
     run = ok(sb.run(script(GPU, "prepare-host.sh")))
     assert run.changes == [
-        ("mdadm", "--assemble", "/dev/md/scratch",
-         *(f"/dev/{d}" for d in NODES[GPU].template.nvme_devices)),
-        ("mount", "/scratch"),
+        ("mdadm", "--assemble", "/dev/md/scratch", *DATA_IDS),
+        ("mount", SCRATCH.mount_point),
     ], run.explain()  # the staged iommu=pt is on the command line now: no update-grub either
     run_twice(sb, script(GPU, "prepare-host.sh"))
 
 
 def test_an_interrupted_mkfs_is_finished_by_the_next_run(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, GPU)
-    sb.fail_next("mkfs.xfs")
+    mkfs = f"mkfs.{SCRATCH.filesystem}"
+    sb.fail_next(mkfs)
     assert sb.run(script(GPU, "prepare-host.sh")).returncode != 0
     run = ok(sb.run(script(GPU, "prepare-host.sh")))
     assert run.count("mdadm", "--create") == 0 and run.count("mdadm", "--assemble") == 0
-    assert run.count("mkfs.xfs") == 1 and run.count("mount", "/scratch") == 1
+    assert run.count(mkfs) == 1 and run.count("mount", SCRATCH.mount_point) == 1
 
 
 def test_a_missing_hca_fails_instead_of_writing_a_broken_link(tmp_path: Path) -> None:
@@ -251,13 +267,13 @@ def test_a_missing_hca_fails_instead_of_writing_a_broken_link(tmp_path: Path) ->
 def test_a_gpu_node_without_nvme_still_gets_the_gpu_steps(tmp_path: Path) -> None:
     node = NODES[GPU]
     bare = dataclasses.replace(node, template=node.template.model_copy(
-        update={"nvme_devices": ()}))
+        update={"data_drives": None}))
     text = host_scripts.prepare_gpu_node(CLUSTER, bare, CLUSTER_KEY)
     sb = sandbox(tmp_path, GPU)
     first = run_twice(sb, text)
     assert first.count("update-grub") == 1 and first.count("update-initramfs", "-u") == 1
     assert not first.find("mdadm") and not first.find("mkfs.xfs") and not first.find("mount")
-    assert sb.path("/etc/modprobe.d/lustre.conf").exists()
+    assert sb.path("/etc/lnet.conf").exists()
     assert len(list(sb.path("/etc/systemd/network").glob("*.link"))) == len(node.rails)
 
 
@@ -400,30 +416,35 @@ def sm_sandbox(tmp_path: Path) -> Sandbox:
     return prepared(tmp_path, SM)
 
 
+def apply(files: dict[str, str]) -> str:
+    """apply-opensm.sh for SM (sm-01, the master: priority 15)."""
+    return sm_apply_script(files, "mlx5_0", master=True)
+
+
 def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     files = sm_files()[SM]
-    first = run_twice(sb, sm_apply_script(files))
+    first = run_twice(sb, apply(files))
     assert first.count("systemctl", "restart", "opensm") == 1
     path = "/etc/opensm/opensm.conf"
     changed = dict(files, **{path: files[path].replace("sm_priority 15", "sm_priority 13")})
     assert changed[path] != files[path]
     before = sb.snapshot()
-    run = ok(sb.run(sm_apply_script(changed)))
+    run = ok(sb.run(apply(changed)))
     assert run.changes == [("systemctl", "restart", "opensm")], run.explain()
     assert diff_snapshots(before, sb.snapshot()) == ["etc/opensm/opensm.conf"]
-    assert sb.run(sm_apply_script(changed)).changes == []
+    assert sb.run(apply(changed)).changes == []
 
 
 def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     files = sm_files()[SM]
-    ok(sb.run(sm_apply_script(files)))
+    ok(sb.run(apply(files)))
     before = sb.snapshot()
     path = "/etc/opensm/root_guids.conf"
     bad = dict(files, **{path: files[path] + "fc6a1c0300a10001\n",
                          "/etc/opensm/opensm.conf": files["/etc/opensm/opensm.conf"] + "#\n"})
-    run = sb.run(sm_apply_script(bad))
+    run = sb.run(apply(bad))
     assert run.returncode != 0 and f"malformed GUID file {path}" in run.stderr
     assert run.changes == [] and diff_snapshots(before, sb.snapshot()) == []
 
@@ -431,10 +452,35 @@ def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
 def test_a_failed_restart_is_retried_by_the_next_run(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     sb.fail_next("systemctl restart")
-    assert sb.run(sm_apply_script(sm_files()[SM])).returncode != 0
-    run = ok(sb.run(sm_apply_script(sm_files()[SM])))
+    assert sb.run(apply(sm_files()[SM])).returncode != 0
+    run = ok(sb.run(apply(sm_files()[SM])))
     assert run.count("systemctl", "restart", "opensm") == 1
-    assert sb.run(sm_apply_script(sm_files()[SM])).changes == []
+    assert sb.run(apply(sm_files()[SM])).changes == []
+
+
+def test_a_restart_is_done_only_once_opensm_is_back_in_its_role(tmp_path: Path) -> None:
+    """The master that comes back still sweeping (DISCOVERING) or as a standby fails the run
+    with the state it is in and keeps the restart pending; the next run restarts it again and
+    finishes once sminfo shows MASTER. A standby's script accepts STANDBY."""
+    sb = sm_sandbox(tmp_path)
+    files = sm_files()[SM]
+    sb.sm_state("SMINFO_DISCOVERING")
+    run = sb.run(apply(files))
+    assert run.returncode == 1, run.explain()
+    assert "opensm on mlx5_0 is SMINFO_DISCOVERING 300 s after its restart, not MASTER" \
+        in run.stderr
+    assert sb.path("/var/lib/gpu-cluster/opensm-restart-pending").exists()
+    sb.sm_state("SMINFO_STANDBY")
+    assert sb.run(apply(files)).returncode == 1  # a master that stays standby: not done
+    sb.sm_state(None)
+    run = ok(sb.run(apply(files)))
+    assert run.count("systemctl", "restart", "opensm") == 1 and "is back: SMINFO_MASTER" \
+        in run.stdout
+    assert sb.run(apply(files)).changes == []
+    standby = sm_sandbox(tmp_path / "standby")
+    standby.sm_state("SMINFO_STANDBY")
+    run = ok(standby.run(sm_apply_script(files, "mlx5_0", master=False)))
+    assert "is back: SMINFO_STANDBY" in run.stdout
 
 
 # --- the harness itself ------------------------------------------------------------------------

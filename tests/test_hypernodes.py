@@ -2,8 +2,10 @@
 
 Tier 1 = the nodes of one SU (every rail of every node in it lands on that SU's leaves); tier 2
 = the spine layer above the SUs; a three-tier fabric (more than 2048 HCA ports) adds a core tier.
-Checked for the prod stack, one full 32-node SU, a three-SU cluster and a nine-SU cluster, with
-expected values from the SuperPOD layout (SU = 32 nodes, rail r of every node on leaf r).
+Checked for the prod stack, one full SU, a three-SU cluster and a nine-SU cluster, with
+expected values from the SuperPOD layout (SU = 32 slots, rail r of every node on leaf r; the
+subnet-manager hosts take the last slot of the last SU, so that SU holds 31 nodes, as
+SuperPOD's 4 SUs = 127 DGX and the UFM slot).
 """
 
 from __future__ import annotations
@@ -17,32 +19,47 @@ import yaml
 from conftest import prod_raw
 
 from components.config import Cluster, validate_cluster
+from components.config_types import ConfigError
 from components.planning import kubeadm, placement, platform
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 LABEL_SU = "gpucluster.io/su"
+SLOTS = 32  # node slots per SU: half the QM9700's 64 ports
 
 
 def prod() -> Cluster:
     return validate_cluster(prod_raw(), REPO)
 
 
-def cluster_of(sus: list[int], per_su: int = 32) -> Cluster:
-    """The prod stack with its GPU nodes replaced by `per_su` nodes in each SU of `sus`
-    (no inventory file: GUIDs are placeholders, which the plan allows)."""
+def raw_of(counts: list[tuple[int, int]]) -> dict:
+    """The prod stack's config with its GPU nodes replaced by (SU, node count) ranges (no
+    inventory file: GUIDs are placeholders, which the plan allows; prod's fabric pins, sized
+    for its 8 nodes, dropped so the planner derives them)."""
     raw = prod_raw()
     raw.pop("inventoryFile")
-    for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
-        raw["fabric"].pop(key)
+    for key in ("switchGuids", "switchManagementIps", "switchHostKeys", "railsPerLeaf",
+                "spines"):
+        raw["fabric"].pop(key, None)
     raw["gpuNodes"]["ranges"] = [
-        {"prefix": f"su{su}-node-", "count": per_su, "su": su,
+        {"prefix": f"su{su}-node-", "count": count, "su": su,
          "managementIpStart": f"10.10.{10 + su}.1",
-         "racks": [f"s{su}r{i}" for i in range((per_su + 3) // 4)], "nodesPerRack": 4}
-        for su in sus
+         "racks": [f"s{su}r{i}" for i in range((count + 3) // 4)], "nodesPerRack": 4}
+        for su, count in counts
     ]
     raw["kubernetes"]["podCidr"] = "10.128.0.0/12"  # a /24 per node for up to 4096 nodes
-    return validate_cluster(raw, REPO)
+    # LNet client rails take one block per rail at the node's management host number: a /16
+    # per rail covers every host of the /16 management network (these SUs reach 10.10.19.x);
+    # the MGS (172.20.0.10) stays in the subnet, outside the client range.
+    raw["storage"]["lnetAddresses"] = {"cidr": "172.16.0.0/12", "clientRange": "172.24.0.0/13"}
+    return raw
+
+
+def cluster_of(sus: list[int], per_su: int = 32) -> Cluster:
+    """`per_su` nodes in each SU of `sus`, the last SU one fewer when that would fill it: its
+    last slot is the subnet-manager hosts' (prod has two)."""
+    return validate_cluster(raw_of([(su, min(per_su, SLOTS - 1) if su == sus[-1] else per_su)
+                                    for su in sus]), REPO)
 
 
 def by_name(objs: list[dict]) -> dict[str, dict]:
@@ -84,20 +101,24 @@ def test_prod_is_one_su_under_the_spines():
         ("su1", 1, "su"), ("spine", 2, "spine")]
     su1, spine = hns
     assert members(su1, "Node") == [f"gpu-node-{i:02d}" for i in range(8)]
-    # prod: 8 nodes, 4 rails per leaf (the switch names of Pulumi.prod.yaml).
+    # prod: 8 nodes + the SM slot = 9 slots; 4 rails x 9 > 32 ports, so 2 rails per leaf
+    # (16 slots each), 4 leaves (the switch names of Pulumi.prod.yaml).
     assert su1["metadata"]["annotations"]["gpucluster.io/switches"] == (
-        "leaf-su1-r0-3,leaf-su1-r4-7")
+        "leaf-su1-r0-1,leaf-su1-r2-3,leaf-su1-r4-5,leaf-su1-r6-7")
     assert members(spine, "HyperNode") == ["su1"]
     assert spine["metadata"]["annotations"]["gpucluster.io/switches"] == "spine-01,spine-02"
     assert_labels_agree(c, hns)
 
 
-def test_a_full_su_is_32_nodes_on_eight_rail_leaves():
+def test_a_full_su_is_31_nodes_and_the_sm_slot_on_eight_rail_leaves():
+    # With subnet-manager hosts a full SU is 31 nodes: the 32nd slot is theirs.
+    with pytest.raises(ConfigError, match="fills all 32 slots"):
+        validate_cluster(raw_of([(1, SLOTS)]), REPO)
     c = cluster_of([1])
     hns = by_name(platform.hypernodes(placement.plan(c)))
     assert set(hns) == {"su1", "spine"}
-    assert len(members(hns["su1"], "Node")) == 32
-    # One leaf per rail in a full SU: rail r of all 32 nodes on leaf r.
+    assert len(members(hns["su1"], "Node")) == SLOTS - 1
+    # One leaf per rail in a full SU: rail r of all 31 nodes (and slot 31) on leaf r.
     leaves = hns["su1"]["metadata"]["annotations"]["gpucluster.io/switches"].split(",")
     assert len(leaves) == 8
     assert_labels_agree(c, list(hns.values()))
@@ -108,8 +129,9 @@ def test_three_sus_share_one_spine_layer():
     hns = platform.hypernodes(placement.plan(c))
     names = by_name(hns)
     assert [h["metadata"]["name"] for h in hns] == ["su1", "su2", "su3", "spine"]
-    for su in (1, 2, 3):
-        assert members(names[f"su{su}"], "Node") == [f"su{su}-node-{i:02d}" for i in range(32)]
+    for su, count in ((1, 32), (2, 32), (3, 31)):  # SU 3 keeps the SM slot
+        assert members(names[f"su{su}"], "Node") == [f"su{su}-node-{i:02d}"
+                                                     for i in range(count)]
         assert len(names[f"su{su}"]["metadata"]["annotations"][
             "gpucluster.io/switches"].split(",")) == 8
     assert members(names["spine"], "HyperNode") == ["su1", "su2", "su3"]
@@ -118,8 +140,9 @@ def test_three_sus_share_one_spine_layer():
 
 
 def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
-    """9 SUs x 32 nodes x 8 rails = 2304 HCA ports: three tiers; each SU sits in exactly one
-    tier-2 (pod spine) HyperNode and the pods under one tier-3 core."""
+    """9 SUs x 8 rail leaves = 72 leaves, more than a 64-port spine reaches (8 x 32 + 31 nodes
+    x 8 rails = 2296 HCA ports): three tiers; each SU sits in exactly one tier-2 (pod spine)
+    HyperNode and the pods under one tier-3 core."""
     c = cluster_of(list(range(1, 10)))
     plan = placement.plan(c)
     assert plan.tiers == 3
@@ -138,16 +161,9 @@ def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
 def test_adding_a_node_changes_only_its_su_hypernode():
     """The preview diff of a new node shows up in its own SU's HyperNode and nowhere else."""
     before = by_name(platform.hypernodes(placement.plan(cluster_of([1, 2], per_su=31))))
-    raw = prod_raw()
-    raw.pop("inventoryFile")
-    for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
-        raw["fabric"].pop(key)
-    raw["gpuNodes"]["ranges"] = [
-        {"prefix": f"su{su}-node-", "count": count, "su": su,
-         "managementIpStart": f"10.10.{10 + su}.1",
-         "racks": [f"s{su}r{i}" for i in range(8)], "nodesPerRack": 4}
-        for su, count in ((1, 32), (2, 31))]
-    after = by_name(platform.hypernodes(placement.plan(validate_cluster(raw, REPO))))
+    # SU 1 fills its last slot (SU 2, the last, keeps the SM slot).
+    after = by_name(platform.hypernodes(placement.plan(
+        validate_cluster(raw_of([(1, 32), (2, 31)]), REPO))))
     assert {n for n in before if before[n] != after[n]} == {"su1"}
     assert members(after["su1"], "Node")[-1] == "su1-node-31"
 

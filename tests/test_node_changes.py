@@ -58,8 +58,9 @@ def names(diff: list[dict[str, Any]], action: str) -> set[str]:
 # lists, its SU's HyperNode and the acceptance queue's GPU capacity (updates), and the NCCL
 # test over every node, which Kubeflow cannot resize in place and the stack therefore
 # resubmits, its gate with it (replacements). Training keeps its own size. Nothing else.
-SHARED_UPDATES = {"leaf-su1-r0-3-config", "leaf-su1-r4-7-config", "sm-01-opensm", "sm-02-opensm",
-                  "fabric", "hypernode-su1", "queue-acceptance"}
+SHARED_UPDATES = {"leaf-su1-r0-1-config", "leaf-su1-r2-3-config", "leaf-su1-r4-5-config",
+                  "leaf-su1-r6-7-config", "sm-01-opensm", "sm-02-opensm", "fabric",
+                  "hypernode-su1", "queue-acceptance"}
 SIZED_BY_NODE_COUNT = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
 
 
@@ -134,8 +135,9 @@ def test_adding_a_worker_touches_only_it_and_the_shared_resources(project: Path)
     assert names(diff, "create") == {n.format(h="gpu-node-07") for n in NODE_RESOURCES}
     assert not names(diff, "delete")
     assert_only_shared_changes(diff)
-    leaf = next(c for c in diff if c["name"] == "leaf-su1-r4-7-config")
+    # Rails 6 and 7 on their 2-rail leaf, slot 7 of each rail's 16-port block.
+    leaf = next(c for c in diff if c["name"] == "leaf-su1-r6-7-config")
     assert leaf["textDiffs"]["stdin"] == [
-        f'+interface ib 1/{8 * k + 8} description "gpu-node-07 rail {4 + k} ({hca}) '
+        f'+interface ib 1/{16 * k + 8} description "gpu-node-07 rail {6 + k} ({hca}) '
         '[optical cross-rack]"'
-        for k, hca in enumerate(("mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"))]
+        for k, hca in enumerate(("mlx5_10", "mlx5_11"))]

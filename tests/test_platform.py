@@ -226,14 +226,15 @@ def test_ingress_waits_for_the_address_pool_and_the_operator_for_volcano(build):
 def test_gpu_operator_values_follow_the_config(raw):
     values = {r.name: r.values for r in platform.helm_releases(prod())}["gpu-operator"]
     assert values["driver"]["enabled"] is True
-    assert values["driver"]["kernelModuleType"] == "open"  # DMA-BUF GPUDirect RDMA
-    assert values["driver"]["rdma"] == {"enabled": False, "useHostMofed": False}
+    assert values["driver"]["kernelModuleType"] == "open"
+    # prod: DOCA-OFED on the host (what the Lustre client's ko2iblnd is built against), so the
+    # operator's driver builds nvidia-peermem against it.
+    assert values["driver"]["rdma"] == {"enabled": True, "useHostMofed": True}
     assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": True}}
     assert values["gds"] == {"enabled": True}
     assert values["migManager"] == {"enabled": False}
     assert {values[k]["enabled"] for k in ("toolkit", "devicePlugin", "gfd")} == {True}
     assert values["nfd"] == {"enabled": False}  # the Network Operator's NFD serves both
-    raw["platform"]["networkOperator"]["ofed"] = "host"
     raw["platform"]["gpuOperator"]["driver"] = "host"
     raw["platform"]["gpuOperator"]["gpudirectStorage"] = False
     host = {r.name: r.values for r in platform.helm_releases(validate_cluster(raw, REPO))}
@@ -257,7 +258,8 @@ def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
         spec["tolerations"])
     assert {"multus", "ipoib", "cniPlugins"} <= set(spec["secondaryNetwork"])
-    assert "nvIpam" in spec and "ofedDriver" in spec
+    # prod keeps DOCA-OFED on the host: no driver container replaces ib_core under LNet.
+    assert "nvIpam" in spec and "ofedDriver" not in spec
     (pool,) = of_kind(build, "IPPool")
     assert pool["metadata"]["namespace"] == "nvidia-network-operator"
     assert pool["spec"]["subnet"] == "192.168.0.0/16"
@@ -292,6 +294,14 @@ def test_network_operator_images_are_the_releases_own(build):
     tag = upstream["operator"]["ofedDriver"]["initContainer"]["version"]
     assert tag == "network-operator-v26.4.1"
     spec = ncp["spec"]
+    assert "ofedDriver" not in spec  # prod: ofed: host
+    # The driver container the operator model would run (config refuses that model beside a
+    # host Lustre client, docs/hosts.md; the pin is still the release's own).
+    c = prod()
+    nop = c.platform.network_operator.model_copy(update={"ofed": "operator"})
+    c = c.model_copy(update={"platform": c.platform.model_copy(
+        update={"network_operator": nop})})
+    spec = platform.nic_cluster_policy(c)["spec"]
     parts = [spec["rdmaSharedDevicePlugin"], spec["nvIpam"], *spec["secondaryNetwork"].values()]
     assert {p["version"] for p in parts} == {tag}
     assert {p["repository"] for p in parts} == {"nvcr.io/nvidia/mellanox"}

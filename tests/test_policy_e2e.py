@@ -44,8 +44,8 @@ def edit_code(rel: str, pattern: str, replacement: str) -> Callable[[Path], None
     return apply
 
 
-# Drops every second leaf uplink from the switch port maps: a planner regression that leaves
-# the fabric 2:1 oversubscribed while every cable still looks plausible.
+# Keeps one leaf uplink in four in the switch port maps: a planner regression that leaves
+# prod's leaves (16 host ports, 8 uplinks) 2:1 oversubscribed while every cable looks plausible.
 OVERSUBSCRIBE = '''
 
 _full_port_maps = port_maps
@@ -54,7 +54,7 @@ _full_port_maps = port_maps
 def port_maps(plan):  # noqa: F811
     maps = _full_port_maps(plan)
     return {name: {p: d for p, d in ports.items()
-                   if not (name.startswith("leaf") and " rail " not in d and p % 2 == 0)}
+                   if not (name.startswith("leaf") and " rail " not in d and p % 4 != 1)}
             for name, ports in maps.items()}
 '''
 

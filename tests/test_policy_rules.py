@@ -27,7 +27,7 @@ RELEASE_NET = ("kubernetes:helm.sh/v3:Release", "network-operator")
 INIT = ("command:remote:Command", "kubeadm-init")
 TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
 FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
-LEAF_B = ("command:remote:Command", "leaf-su1-r4-7-config")
+LEAF_B = ("command:remote:Command", "leaf-su1-r4-5-config")
 NS = ("kubernetes:core/v1:Namespace", "training")
 QUEUE = ("kubernetes:scheduling.volcano.sh/v1beta1:Queue", "training")
 
@@ -62,7 +62,7 @@ def volume(p: dict[str, Any], name: str) -> dict[str, Any]:
     return next(v for v in worker(p)["spec"]["volumes"] if v["name"] == name)
 
 
-def leaf(p: dict[str, Any], name: str = "leaf-su1-r0-3") -> dict[str, Any]:
+def leaf(p: dict[str, Any], name: str = "leaf-su1-r0-1") -> dict[str, Any]:
     return p["facts"]["switches"][name]
 
 
@@ -166,8 +166,8 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "switch-sm-disabled": (FABRIC, lambda p: leaf(p).update(switchSmDisabled=False),
                            lambda p: leaf(p).update(switchSmDisabled=False)
                            or p["facts"].update(subnetManagers=[])),
-    "partition-pkeys-in-range": (FABRIC, pkey("training", "0x7fff"),
-                                 pkey("training", "0x7ffe")),
+    "partition-pkeys-in-range": (FABRIC, pkey("compute", "0x7fff"),
+                                 pkey("compute", "0x7ffe")),
     "multinode-whole-gpu-nodes": (
         TRAIN, lambda p: gpus(wc(p), "4"),
         lambda p: [p["spec"]["pytorchReplicaSpecs"]["Worker"].update(replicas=1),

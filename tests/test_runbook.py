@@ -41,10 +41,11 @@ def test_remove_a_node(project: Path) -> None:
     edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
     lines = book(project)
     pulls = [line for line in lines if line.strip().split(" ")[1:2] == ["pull"]]
-    # Every rail of gpu-node-07: slot 7 on both 4-rail leaves, optical (its rack is r02).
+    # Every rail of gpu-node-07: slot 7 on the four 2-rail leaves (prod pins railsPerLeaf 2:
+    # rail k's block of 16 ports starts at 1 + (k mod 2) x 16), optical (its rack is r02).
     assert len(pulls) == 8
     for k, hca in enumerate(DGX_HCAS):
-        leaf, port = ("leaf-su1-r0-3", 8 * k + 8) if k < 4 else ("leaf-su1-r4-7", 8 * k - 24)
+        leaf, port = f"leaf-su1-r{k // 2 * 2}-{k // 2 * 2 + 1}", 1 + (k % 2) * 16 + 7
         assert any(f"{leaf} port {port} <-> gpu-node-07 rail {k} ({hca})" in p for p in pulls)
     assert all("[optical cross-rack]" in p for p in pulls)
     assert first(lines, "cordon and drain gpu-node-07") < first(lines, "kubeadm reset on")
@@ -72,7 +73,10 @@ def test_replace_a_node_needs_only_the_sm_files(project: Path) -> None:
         r.replace(",0xb83fd20300a4", ",0xb83fd20300e4") if r.startswith("gpu-node-03,") else r
         for r in rows])
     lines = book(project)
-    assert any("subnet-manager files change on sm-01, sm-02" in line for line in lines)
+    # One at a time, the standby first (the preview's plan holds the order `pulumi up` uses).
+    assert any("subnet-manager files change on sm-02, sm-01" in line and
+               "the standby sm-02 first, back to STANDBY (sminfo) before the master sm-01 "
+               "restarts" in line for line in lines), lines
     assert not any(w in line for line in lines for w in (" plug ", " pull ", "drain"))
 
 
@@ -87,7 +91,7 @@ def test_move_a_node_to_another_slot(project: Path) -> None:
     moves = [line for line in lines if line.strip().split(" ")[1:2] == ["move"]]
     assert len(moves) == 8 and not any(" pull " in f" {line} " for line in lines)
     # Slot 6 -> 7: every rail moves one port up on its leaf.
-    assert any("gpu-node-06 rail 0 (mlx5_0): leaf-su1-r0-3 port 7 -> leaf-su1-r0-3 port 8"
+    assert any("gpu-node-06 rail 0 (mlx5_0): leaf-su1-r0-1 port 7 -> leaf-su1-r0-1 port 8"
                in line for line in moves)
 
 

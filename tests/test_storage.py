@@ -112,9 +112,10 @@ def test_mgs_nids_must_be_on_the_lnet_network(raw):
 def test_scratch_is_the_nvme_array_the_host_prepares():
     c = prod()
     vol = storage.scratch_volume(c)
-    assert vol == {"name": "scratch", "hostPath": {"path": "/scratch", "type": "Directory"}}
+    # prod adopts DGX OS's data-drive RAID0 where DGX OS mounts it (docs/hosts.md).
+    assert vol == {"name": "scratch", "hostPath": {"path": "/raid", "type": "Directory"}}
     script = host_scripts.prepare_gpu_node(c, c.nodes[0], CLUSTER_KEY)
-    assert 'SCRATCH_MOUNT="/scratch"' in script and "--level=0" in script
+    assert 'SCRATCH_MOUNT="/raid"' in script and "--level=0" in script
     # hostPath is only admitted where Pod Security allows it: the training namespaces.
     levels = {n["metadata"]["name"]: n["metadata"]["labels"][
         "pod-security.kubernetes.io/enforce"] for n in platform.namespaces(c)}

@@ -138,42 +138,322 @@ Name=ib$rail"; then
   rail=$((rail + 1))
 done
 
-# --- LNet over InfiniBand for the Lustre client ------------------------------------------------
-if write_if_changed /etc/modprobe.d/lustre.conf "options lnet networks=\"$LNET_NETWORKS\""; then
-  log "LNet configured: $LNET_NETWORKS (takes effect when lnet next loads)"
+# --- Lustre client and LNet over InfiniBand (docs/hosts.md, "Lustre client and LNet") --------
+# The client's DKMS modules build ko2iblnd against the RDMA stack on the host, so the host's
+# DOCA-OFED comes first (the config refuses the Network Operator's driver container, which
+# replaces ib_core at run time).
+if ! ofed_info -s >/dev/null 2>&1; then
+  echo "LNet: no host DOCA-OFED (ofed_info fails); install DOCA-OFED on this host first:" \
+    "the Lustre client's ko2iblnd is built against it" >&2
+  exit 1
+fi
+lustre_pkg() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
+if [ "$(lustre_pkg lustre-client-utils)" != "$LUSTRE_CLIENT_VERSION" ] \
+    || [ "$(lustre_pkg lustre-client-modules-dkms)" != "$LUSTRE_CLIENT_VERSION" ]; then
+  log "installing the Lustre client $LUSTRE_CLIENT_VERSION"
+  apt-get install -y --allow-change-held-packages "lustre-client-utils=$LUSTRE_CLIENT_VERSION" \
+    "lustre-client-modules-dkms=$LUSTRE_CLIENT_VERSION"
+  apt-mark hold lustre-client-utils lustre-client-modules-dkms
+  mark lnet
+fi
+# LNet is configured by `lnetctl import` alone: lnet module options would configure it twice.
+if [ -e /etc/modprobe.d/lustre.conf ]; then rm -f /etc/modprobe.d/lustre.conf; mark lnet; fi
+# The rails' IPoIB addresses (netplan, as DGX OS configures networking), one routing table per
+# rail; a new address re-creates the LNet NIs, whose NIDs are taken from it.
+mkdir -p /etc/netplan
+if write_if_changed /etc/netplan/60-gpu-cluster-lnet.yaml "$LNET_NETPLAN"; then
+  chmod 600 /etc/netplan/60-gpu-cluster-lnet.yaml
+  mark lnet-addresses; mark lnet
+fi
+if write_if_changed /etc/sysctl.d/91-gpu-cluster-lnet.conf "$LNET_SYSCTLS"; then
+  mark lnet-sysctl
+fi
+if write_if_changed /etc/lnet.conf "$LNET_CONF"; then mark lnet; fi
+systemctl is-enabled --quiet lnet || systemctl enable lnet  # imports /etc/lnet.conf at boot
+lnet_apply() {
+  local current
+  modprobe lnet
+  lnetctl lnet configure
+  current="$(lnetctl export 2>/dev/null || true)"
+  if grep -q "net type: $LNET_NET\$" <<<"$current"; then lnetctl net del --net "$LNET_NET"; fi
+  lnetctl import /etc/lnet.conf
+}
+lnet_missing=""
+for ifc in $LNET_IFACES; do
+  [ -e "/sys/class/net/$ifc" ] || lnet_missing="$lnet_missing $ifc"
+done
+if [ -n "$lnet_missing" ]; then
+  log "LNet: no interface$lnet_missing yet; addresses, sysctls and LNet apply once the rails" \
+    "have their names (after the next planned reboot; lnet.service imports /etc/lnet.conf)"
+else
+  settle lnet-addresses netplan apply
+  settle lnet-sysctl sysctl -p /etc/sysctl.d/91-gpu-cluster-lnet.conf
+  settle lnet lnet_apply
 fi
 """
 
 
-SCRATCH_STEPS = r"""
-# --- local NVMe drives as one RAID0 scratch volume for data staging --------------------------
-if [ ! -e /dev/md/scratch ]; then
-  # Drives that already carry the array (a reboot before udev assembled it, an OS reinstall) are
-  # assembled, never re-created. mdadm's output is captured first: under pipefail,
-  # `mdadm | grep -q` fails when grep exits early (SIGPIPE) or one drive has no superblock.
-  # shellcheck disable=SC2086 # the drive list is intentionally split into words
-  examined="$(mdadm --examine $NVME_DEVICES 2>/dev/null || true)"
-  if grep -q 'Array UUID' <<<"$examined"; then
-    log "assembling the existing RAID0 scratch"
-    # shellcheck disable=SC2086
-    mdadm --assemble /dev/md/scratch $NVME_DEVICES
-  else
-    log "creating RAID0 scratch on $NVME_DEVICES"
-    # shellcheck disable=SC2086
-    mdadm --create /dev/md/scratch --run --level=0 --raid-devices="$NVME_COUNT" $NVME_DEVICES
+# Local NVMe scratch (DataDrives). DGX H100: 2 x 1.92 TB M.2 NVMe for DGX OS (RAID1) and
+# 8 x 3.84 TB U.2 NVMe for storage/cache (NVIDIA DGX BasePOD reference architecture, "Core
+# Components"); DGX OS ships the U.2 drives as one md RAID0 mounted at /raid. Kernel names
+# (nvme0n1, ...) are enumeration order, so drives are picked by what they are, through the
+# links udev's 60-persistent-storage.rules makes under /dev/disk/by-id for every namespace:
+# nvme-<model>_<serial>, nvme-<model>_<serial>_<nsid>, nvme-<wwid> (eui.*, nvme.*, uuid.*), and
+# the same with -part<N> for partitions. See docs/hosts.md, "Local NVMe scratch on DGX OS".
+DATA_DRIVE_TOLERANCE_PERCENT = 2  # /sys/block/<dev>/size against the marketed decimal size
+
+# Part 1 runs first and only reads: a missing, foreign or busy data drive stops the script
+# before it has changed anything on the host. It leaves scratch_action (adopt, assemble or
+# create), scratch_dev and the chosen drives for part 2.
+SCRATCH_SELECT = r"""
+# --- local NVMe scratch, 1 of 2 (reads only): the data drives and what is on them ----------
+scratch_stop() {  # the reason and the fix, one line each; nothing has been changed yet
+  printf 'scratch: %s\n' "$@" >&2
+  echo "scratch: stopped before changing anything on this host" >&2
+  exit 1
+}
+scratch_disk() {  # kernel name -> its whole disk (a partition's parent, else itself)
+  local part
+  for part in /sys/block/*/"$1"; do
+    if [ -d "$part" ]; then basename "$(dirname "$part")"; return 0; fi
+  done
+  printf '%s\n' "$1"
+}
+scratch_disks_under() {  # kernel name -> every whole disk under it (md, dm, partitions)
+  local disk slave found=0
+  disk="$(scratch_disk "$1")"
+  for slave in /sys/block/"$disk"/slaves/*; do
+    if [ -e "$slave" ]; then found=1; scratch_disks_under "$(basename "$slave")"; fi
+  done
+  if [ "$found" = 0 ]; then printf '%s\n' "$disk"; fi
+}
+scratch_model_ok() {  # model -> 0 when it contains one of DATA_DRIVE_MODELS (or none is set)
+  local want models
+  [ -n "$DATA_DRIVE_MODELS" ] || return 0
+  IFS='|' read -r -a models <<<"$DATA_DRIVE_MODELS"
+  for want in "${models[@]}"; do
+    if [[ $1 == *"$want"* ]]; then return 0; fi
+  done
+  return 1
+}
+scratch_fstab_spec() {  # what /etc/fstab mounts at the scratch mount point, if anything
+  awk -v mp="$SCRATCH_MOUNT" '$1 !~ /^#/ && $2 == mp { print $1; exit }' /etc/fstab
+}
+scratch_fstab_ok() {  # device -> 0 when fstab mounts nothing, or that device, there
+  local spec
+  spec="$(scratch_fstab_spec)"
+  case "$spec" in
+    ''|/dev/md/scratch) return 0 ;;  # no line yet, or the line this script once wrote
+    UUID=*) [ -e "$1" ] && [ "${spec#UUID=}" = "$(blkid -p -s UUID -o value "$1" || true)" ] ;;
+    *) [ -e "$1" ] && [ "$(readlink -f "$spec")" = "$(readlink -f "$1")" ] ;;
+  esac
+}
+
+# The OS drives: every whole disk under /, /boot, /boot/efi, /usr, /var or a swap device, through
+# partitions and md/dm arrays (DGX OS: the M.2 RAID1). Never taken, whatever size or model.
+scratch_mounts="$(findmnt -rn -o SOURCE,TARGET)"
+scratch_swaps="$(swapon --show=NAME --noheadings)"
+scratch_mounted=()  # "<kernel name> <mount point>" of every mounted block device
+scratch_os=" "
+while read -r src target; do
+  case "$src" in /dev/*) ;; *) continue ;; esac
+  src="$(basename "$(readlink -f "${src%%\[*}")")"  # /dev/sda2[/@]: a btrfs subvolume
+  scratch_mounted+=("$src $target")
+  case "$target" in
+    /|/boot|/boot/efi|/usr|/var) scratch_os+="$(scratch_disks_under "$src" | tr '\n' ' ')" ;;
+  esac
+done <<<"$scratch_mounts"
+while read -r src; do
+  case "$src" in /dev/*) ;; *) continue ;; esac
+  scratch_os+="$(scratch_disks_under "$(basename "$(readlink -f "$src")")" | tr '\n' ' ')"
+done <<<"$scratch_swaps"
+
+# Every NVMe namespace once, named by its shortest <model>_<serial> link (a wwid link only
+# when there is no other); partitions are skipped.
+declare -A scratch_link=()
+for link in /dev/disk/by-id/nvme-*; do
+  case "$link" in *-part[0-9]*) continue ;; esac
+  [ -L "$link" ] || continue
+  name="$(basename "$(readlink -f "$link")")"
+  [ -e "/sys/block/$name/size" ] || continue
+  best="${scratch_link[$name]-}"
+  case "${link#/dev/disk/by-id/nvme-}" in
+    eui.*|nvme.*|uuid.*) if [ -z "$best" ]; then scratch_link[$name]=$link; fi ;;
+    *) case "${best#/dev/disk/by-id/nvme-}" in
+         ''|eui.*|nvme.*|uuid.*) scratch_link[$name]=$link ;;
+         *) if [ "${#link}" -lt "${#best}" ]; then scratch_link[$name]=$link; fi ;;
+       esac ;;
+  esac
+done
+scratch_found="$(for name in "${!scratch_link[@]}"; do
+  printf '%s %s\n' "${scratch_link[$name]}" "$name"; done | sort)"
+
+# The data drives: not an OS drive, the configured size (and model), in by-id order.
+scratch_names=() scratch_ids=() scratch_report=()
+while read -r link name; do
+  [ -n "$name" ] || continue
+  bytes=$(( $(cat "/sys/block/$name/size") * 512 ))
+  model=""
+  read -r model < "/sys/block/$name/device/model" || true
+  why=""
+  if [[ $scratch_os == *" $name "* ]]; then
+    why="OS drive (holds /, /boot or swap): never taken"
+  elif (( bytes < DATA_DRIVE_MIN_BYTES || bytes > DATA_DRIVE_MAX_BYTES )); then
+    why="not $DATA_DRIVE_SIZE"
+  elif ! scratch_model_ok "$model"; then
+    why="model is not $DATA_DRIVE_MODELS"
+  fi
+  scratch_report+=("$(printf '  %s (%s, %d GB, %s): %s' "$link" "$name" \
+    $((bytes / 1000000000)) "${model:-model unknown}" "${why:-data drive}")")
+  if [ -z "$why" ]; then scratch_names+=("$name"); scratch_ids+=("$link"); fi
+done <<<"$scratch_found"
+if [ "${#scratch_names[@]}" -ne "$DATA_DRIVE_COUNT" ]; then
+  scratch_stop "found ${#scratch_names[@]} data drives of $DATA_DRIVE_SIZE, expected \
+$DATA_DRIVE_COUNT; the NVMe drives in /dev/disk/by-id:" "${scratch_report[@]}" \
+    "fix: replace or reseat the missing drive, or make gpuNodes.template.dataDrives \
+describe what this host has"
+fi
+
+# What holds them: nothing, or exactly one md array made of exactly these drives.
+scratch_held=" "
+for name in "${scratch_names[@]}"; do
+  for holder in /sys/block/"$name"/holders/* /sys/block/"$name"/"$name"*/holders/*; do
+    [ -e "$holder" ] || continue
+    holder="$(basename "$holder")"
+    if [[ $scratch_held != *" $holder "* ]]; then scratch_held+="$holder "; fi
+  done
+  for entry in "${scratch_mounted[@]}"; do
+    if [ "$(scratch_disk "${entry%% *}")" = "$name" ]; then
+      scratch_stop "data drive ${scratch_link[$name]} is mounted directly at ${entry#* }" \
+        "fix: unmount it and remove its /etc/fstab line if it is free, or leave it out of \
+gpuNodes.template.dataDrives"
+    fi
+  done
+done
+read -r -a scratch_holders <<<"$scratch_held"
+scratch_want="$(printf '%s\n' "${scratch_names[@]}" | sort | tr '\n' ' ')"
+scratch_md=""
+if [ "${#scratch_holders[@]}" -gt 0 ]; then
+  scratch_md="${scratch_holders[0]}"
+  members="$(scratch_disks_under "$scratch_md" | sort -u | tr '\n' ' ')"
+  if [ "${#scratch_holders[@]}" -gt 1 ] || [ ! -d "/sys/block/$scratch_md/md" ] \
+      || [ "$members" != "$scratch_want" ]; then
+    scratch_stop "the data drives are held by${scratch_held}(/dev/$scratch_md spans: $members)" \
+      "an array is adopted only when it is made of exactly the data drives: $scratch_want" \
+      "fix: free the drives by hand, or make gpuNodes.template.dataDrives match that array"
   fi
 fi
-# Formatted only while no filesystem is there: an interrupted first run is finished, an existing
-# filesystem is never formatted again.
-if ! blkid -p /dev/md/scratch >/dev/null 2>&1; then
-  mkfs."$SCRATCH_FS" /dev/md/scratch
+
+if [ -n "$scratch_md" ]; then
+  # Already running on exactly these drives (DGX OS's RAID0 at /raid, or ours): adopted as it
+  # is. It is never re-created, and formatted only if this script created it and its own
+  # mkfs was interrupted.
+  scratch_action=adopt scratch_dev="/dev/$scratch_md"
+  if [ "$(readlink -f /dev/md/scratch)" = "$scratch_dev" ]; then scratch_dev=/dev/md/scratch; fi
+  if ! blkid -p "$scratch_dev" >/dev/null 2>&1 \
+      && [ ! -e /var/lib/gpu-cluster/scratch-mkfs.pending ]; then
+    scratch_stop "$scratch_dev on the data drives has no filesystem and was not created by \
+this script, which formats only an array it has just created" \
+      "fix: make a filesystem on it by hand if it is free"
+  fi
+  for entry in "${scratch_mounted[@]}"; do
+    if [ "${entry%% *}" = "$scratch_md" ] && [ "${entry#* }" != "$SCRATCH_MOUNT" ]; then
+      scratch_stop "$scratch_dev (the array on the data drives) is mounted at ${entry#* }, \
+not at $SCRATCH_MOUNT" \
+        "fix: set storage.scratch.mountPoint: ${entry#* } to use it where it is (DGX OS \
+mounts its data array at /raid), or unmount it and remove its fstab line to move it"
+    fi
+  done
+else
+  # Not running. Every drive carries the same array's superblock (a reboot before it was
+  # assembled, an OS reinstall): assembled, never re-created. No drive carries anything:
+  # created. Anything else stops here; the script never writes over a drive that holds data.
+  scratch_dev=/dev/md/scratch
+  examined="$(mdadm --examine "${scratch_ids[@]}" 2>/dev/null || true)"
+  superblocks="$(grep -c 'Array UUID' <<<"$examined" || true)"
+  arrays="$(sed -n 's/^ *Array UUID : //p' <<<"$examined" | sort -u | grep -c . || true)"
+  if [ "$superblocks" = "$DATA_DRIVE_COUNT" ] && [ "$arrays" = 1 ]; then
+    scratch_action=assemble
+  elif [ "$superblocks" = 0 ]; then
+    scratch_action=create
+    scratch_busy=()
+    for i in "${!scratch_ids[@]}"; do
+      found="$(blkid -p "${scratch_ids[$i]}" 2>/dev/null || true)"
+      for part in /sys/block/"${scratch_names[$i]}"/"${scratch_names[$i]}"*; do
+        if [ -e "$part" ]; then found+=" partition $(basename "$part")"; fi
+      done
+      if [ -n "$found" ]; then scratch_busy+=("  ${scratch_ids[$i]}: $found"); fi
+    done
+    if [ "${#scratch_busy[@]}" -gt 0 ]; then
+      scratch_stop "data drives that are not blank:" "${scratch_busy[@]}" \
+        "fix: if what they hold is disposable, clear them deliberately (wipefs -a <drive>)"
+    fi
+  else
+    scratch_stop "$superblocks of $DATA_DRIVE_COUNT data drives carry md superblocks, of \
+$arrays array(s): not one complete array to assemble" \
+      "fix: inspect them with mdadm --examine; clear stale superblocks deliberately \
+(mdadm --zero-superblock <drive>) once their data is known to be disposable"
+  fi
 fi
-if ! grep -q '/dev/md/scratch' /etc/fstab; then
-  printf '/dev/md/scratch %s %s defaults,noatime,nofail 0 0\n' "$SCRATCH_MOUNT" "$SCRATCH_FS" >> /etc/fstab
+for entry in "${scratch_mounted[@]}"; do
+  if [ "${entry#* }" = "$SCRATCH_MOUNT" ] && [ "${entry%% *}" != "$scratch_md" ]; then
+    scratch_stop "$SCRATCH_MOUNT already mounts /dev/${entry%% *}, not the data drives' array" \
+      "fix: choose another storage.scratch.mountPoint, or unmount it"
+  fi
+done
+if [ "$scratch_action" != assemble ] && ! scratch_fstab_ok "$scratch_dev"; then
+  scratch_stop "/etc/fstab mounts $(scratch_fstab_spec) at $SCRATCH_MOUNT, not $scratch_dev" \
+    "fix: remove that line, or choose another storage.scratch.mountPoint"
 fi
-mkdir -p "$SCRATCH_MOUNT"
-mountpoint -q "$SCRATCH_MOUNT" || mount "$SCRATCH_MOUNT"
+log "scratch: $scratch_action $scratch_dev on ${scratch_ids[*]}"
 """
+
+SCRATCH_STEPS = r"""
+# --- local NVMe scratch, 2 of 2: the array, its filesystem, the mount -------------------------
+case "$scratch_action" in
+  assemble) mdadm --assemble /dev/md/scratch "${scratch_ids[@]}" ;;
+  create)
+    mdadm --create /dev/md/scratch --run --level=0 --raid-devices="$DATA_DRIVE_COUNT" \
+      "${scratch_ids[@]}"
+    mark scratch-mkfs ;;  # the only array this script formats: the one it has just created
+esac
+# A filesystem there (ours, or the array owner's) is never formatted again; a run that was
+# interrupted between create and mkfs finishes the mkfs.
+if blkid -p "$scratch_dev" >/dev/null 2>&1; then
+  rm -f "$STATE/scratch-mkfs.pending"
+else
+  settle scratch-mkfs mkfs."$SCRATCH_FS" "$scratch_dev"
+fi
+if ! blkid -p "$scratch_dev" >/dev/null 2>&1; then
+  echo "scratch: $scratch_dev has no filesystem and was not created by this script" >&2
+  exit 1
+fi
+if ! mountpoint -q "$SCRATCH_MOUNT"; then
+  if ! scratch_fstab_ok "$scratch_dev"; then
+    echo "scratch: /etc/fstab mounts $(scratch_fstab_spec) at $SCRATCH_MOUNT, not \
+$scratch_dev; remove that line or choose another storage.scratch.mountPoint" >&2
+    exit 1
+  fi
+  if [ -z "$(scratch_fstab_spec)" ]; then
+    printf 'UUID=%s %s %s defaults,noatime,nofail 0 0\n' \
+      "$(blkid -p -s UUID -o value "$scratch_dev")" "$SCRATCH_MOUNT" \
+      "$(blkid -p -s TYPE -o value "$scratch_dev")" >> /etc/fstab
+  fi
+  mkdir -p "$SCRATCH_MOUNT"
+  mount "$SCRATCH_MOUNT"
+fi
+"""
+
+
+def _data_drive_env(node: GpuNode) -> dict[str, str]:
+    """What SCRATCH_SELECT matches drives against; empty values when the node has none."""
+    drives = node.template.data_drives
+    if drives is None:
+        return dict.fromkeys(("count", "size", "min", "max", "models"), "")
+    want = round(drives.size_tb * 10**12)
+    slack = want * DATA_DRIVE_TOLERANCE_PERCENT // 100
+    return {"count": str(drives.count), "size": f"{drives.size_tb:g} TB",
+            "min": str(want - slack), "max": str(want + slack), "models": "|".join(drives.models)}
 
 
 def _kube_pkg_version(version: str) -> str:
@@ -200,9 +480,22 @@ def _common_env(cluster: Cluster) -> str:
             f'KUBE_REPO="https://pkgs.k8s.io/core:/stable:/v{minor}/deb"\n')
 
 
+def _lnet_env(cluster: Cluster, node: GpuNode) -> str:
+    """The files the LNet step writes, as single-quoted multi-line values (not dedent()ed)."""
+    from components.planning import lnet  # imported here: platform imports this module
+
+    files = {"LNET_CONF": lnet.lnet_conf(cluster, node),
+             "LNET_NETPLAN": lnet.netplan(cluster, node),
+             "LNET_SYSCTLS": lnet.sysctls(cluster, node)}
+    assert not any("'" in text for text in files.values())
+    return "".join(f"{name}='{text}'\n" for name, text in files.items())
+
+
 def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
+    from components.planning.platform import rail_netdev  # platform imports this module
+
     gpu_op = cluster.platform.gpu_operator
-    lnet_ifaces = ",".join(f"ib{r.index}" for r in node.rails)
+    drives = _data_drive_env(node)
     env = _common_env(cluster) + dedent(
         f"""\
         KERNEL_ARGS="iommu=pt"
@@ -210,21 +503,29 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         GPU_DRIVER="{gpu_op.driver}"
         GPU_DRIVER_BRANCH="{(gpu_op.driver_version or '580.0.0').split('.')[0]}"
         GPUDIRECT_MODE="dmabuf"
-        NVME_DEVICES="{' '.join('/dev/' + d for d in node.template.nvme_devices)}"
-        NVME_COUNT="{len(node.template.nvme_devices)}"
+        DATA_DRIVE_COUNT="{drives['count']}"
+        DATA_DRIVE_SIZE="{drives['size']}"
+        DATA_DRIVE_MIN_BYTES="{drives['min']}"
+        DATA_DRIVE_MAX_BYTES="{drives['max']}"
+        DATA_DRIVE_MODELS="{drives['models']}"
         SCRATCH_FS="{cluster.storage.scratch.filesystem}"
         SCRATCH_MOUNT="{cluster.storage.scratch.mount_point}"
-        LNET_NETWORKS="{cluster.storage.lnet_network}({lnet_ifaces})"
+        LNET_NET="{cluster.storage.lnet_network}"
+        LNET_IFACES="{' '.join(rail_netdev(r.index) for r in node.rails)}"
+        LUSTRE_CLIENT_VERSION="{cluster.storage.lustre_client.version}"
         """
-    )
+    ) + _lnet_env(cluster, node)
     header = HEADER.format(
         title="Host preparation (GPU node)",
         hostname=node.hostname,
         address=node.management_ip,
         stack_key=stack_key,
     )
-    # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps.
-    steps = KUBE_PREREQS + GPU_STEPS + (SCRATCH_STEPS if node.template.nvme_devices else "")
+    # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
+    # drive selection runs first: it only reads, and stops the script before any change.
+    scratch = node.template.data_drives is not None
+    steps = ((SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + GPU_STEPS
+             + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
 
 

@@ -26,7 +26,8 @@ def fabric_spec(cluster: Cluster) -> FabricSpec:
         spines=f.spines,
         default_switch_rack=f.switch_rack,
         switch_guids=dict(f.switch_guids) | dict(cluster._inventory.switch_guids),
-        partitions=tuple(Partition(name=p.name, pkey=p.pkey, members=p.members, ipoib=p.ipoib)
+        partitions=tuple(Partition(name=p.name, pkey=p.pkey, members=p.members, ipoib=p.ipoib,
+                                   data_path=p.data_path, port_guids=p.port_guids)
                          for p in f.partitions),
     )
 

@@ -69,12 +69,17 @@ class Partition:
     limited for every port and full only for the subnet managers, so it cannot be listed.
 
     members:
-      compute  every compute HCA port (or only `hosts`) is a full member: training traffic
-               and inference tenants (a tenant is a compute partition restricted to `hosts`).
+      compute  every compute HCA port (or only `hosts`) is a full member, and so are
+               `port_guids` (e.g. the Lustre servers' ports, outside this inventory).
       storage  compute HCA ports (or `hosts`) are limited members and `port_guids` (storage
                servers, e.g. Lustre MDS/OSS, outside this inventory) full members: clients reach
                the servers but not each other on this pkey.
       all      every end port in the subnet is a full member (e.g. a management IPoIB pkey).
+
+    data_path: the partition NCCL, the pods' IPoIB attachment and LNet use. Each of them takes
+    the P_Key at index 0 of the port's table (NCCL_IB_PKEY defaults to index 0; an IPoIB parent
+    interface uses index 0), so opensm puts this one there (`indx0`) instead of the Default
+    partition, where compute ports are only limited members and cannot reach each other.
     """
 
     name: str
@@ -83,6 +88,7 @@ class Partition:
     ipoib: bool = True
     hosts: tuple[str, ...] = ()
     port_guids: tuple[str, ...] = ()
+    data_path: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +111,7 @@ class FabricSpec:
     # longest pattern.
     switch_racks: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     switch_guids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    partitions: tuple[Partition, ...] = (Partition(name="training", pkey=0x0001),)
+    partitions: tuple[Partition, ...] = (Partition(name="compute", pkey=0x0001, data_path=True),)
     sm_conf_dir: str = "/etc/opensm"
     sm_log_file: str = "/var/log/opensm.log"
     sm_sweep_interval: int = 10

@@ -6,17 +6,17 @@ Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top swit
   lands on the leaf of that SU carrying rail r.
 * Rails per leaf g: the largest divisor of the rail count with g <= rails/2 (at least two
   leaves per SU, so one leaf failure never takes a node off the fabric) and g x slots <= 32,
-  where slots = highest used slot + 1 in that SU. Full SU: g = 1 (one leaf per rail); the
-  8-node prod SU: g = 4 (two leaves of 4 rails x 8 slots). Each rail of a leaf owns a block of
-  span = 32/g ports: leaf port = 1 + (rail mod g) x span + slot. A node's ports therefore only
-  depend on its own SU, slot and rail; a new node in an SU only changes the layout when it
-  raises the SU's slot count past 32/g (then the SU is re-grouped, visibly, in the preview).
+  where slots = highest used slot + 1 in that SU, plus one in the last SU when there are
+  subnet-manager hosts (their slot, below). Full SU: g = 1 (one leaf per rail); the 8-node
+  prod SU with its SM slot: g = 2 (four leaves of 2 rails x 16 slots). Each rail of a leaf owns
+  a block of span = 32/g ports: leaf port = 1 + (rail mod g) x span + slot. A node's ports
+  therefore only depend on its own SU, slot and rail; a new node in an SU only changes the
+  layout when it raises the SU's slot count past 32/g (then the SU is re-grouped, visibly, in
+  the preview), which `fabric.railsPerLeaf` pinned to the site's final size rules out.
 * Every leaf has 32 uplinks (ports 33..64) whatever its fill, so filling an SU never touches
   an uplink and every leaf is 1:1.
 * Two tiers (up to 64 leaves = 2048 HCA ports = 256 nodes): S spines, the fewest divisor of
-  32 with S >= 2 (redundancy) and leaves x 32/S <= 64 that still leaves a spine port for
-  every SM host without a spare leaf port (a full 32-node SU: 8 spines, not 4), unless no
-  spine count can; p = 32/S parallel cables per
+  32 with S >= 2 (redundancy) and leaves x 32/S <= 64; p = 32/S parallel cables per
   leaf-spine pair; leaf uplink u goes to spine u // p; spine port = 1 + leaf_ordinal x p + k.
 * Three tiers (more leaves): pods of 32/rails SUs (4 SUs = 128 nodes for 8 rails). A pod has
   32 spines; leaf uplink u goes to pod spine u (one cable each). Leaf position in the pod =
@@ -24,11 +24,12 @@ Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top swit
   (ports 33..64 up) connects to the c cores of plane j, c = the fewest divisor of 32 with
   c x 64 >= pods x 32; q = 32/c cables per spine-core pair; core port = 1 + (pod-1) x q + k.
   1024 nodes: 8 pods x (32 leaves + 32 spines) + 32 planes x 4 cores = 128 cores.
-* Subnet-manager host HCAs take, in order: spare leaf down ports beyond g x span (none when
-  the SU layout uses all 32), then free top-tier-side ports (two tiers: spine ports from 64
-  down; three tiers: core ports from 64 down), then unused slot ports of leaves (highest SU
-  and slot first, as DGX SuperPOD puts UFM in the last slot). Master and standby land on
-  different switches. ftree treats them as non-compute (they are absent from cn_guids).
+* Subnet-manager host HCAs hang off leaves of the last SU, never a spine or core: ftree
+  programs no route between its root switches, so an SM on a root could not reach the other
+  roots by LID. They take spare leaf down ports beyond g x span, else the slot the last SU
+  keeps for them (the last of each leaf's span, as DGX SuperPOD keeps a slot for UFM), so
+  nodes added to the SU never take it. Master and standby land on different leaves. ftree
+  treats them as non-compute (they are absent from cn_guids).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class _Wiring:
         self.use(b.device, b.port)
         self.cables.append((a, b, kind))
 
-    def two_tier(self, leaves: list[_Leaf], n_sm: int) -> None:
+    def two_tier(self, leaves: list[_Leaf]) -> None:
         half, radix, n = self.spec.half, self.spec.radix, len(leaves)
         if self.spec.spines is not None:
             s_count = self.spec.spines
@@ -194,13 +195,9 @@ class _Wiring:
                     f"spines cannot take {n} leaves x {half} uplinks evenly",
                     f"use a divisor of {half} that is >= {-(-n * half // radix)}, or remove "
                     "fabric.spines to derive it")
-        else:
-            # Fewest spines that keep the leaves 1:1; more if the SM hosts would otherwise
-            # need a node slot (so filling the last slot never re-stripes the uplinks).
-            need = max(0, n_sm - sum(half - lf.g * lf.span for lf in leaves))
-            fits = [d for d in _divisors(half) if d >= min(2, half) and n * (half // d) <= radix]
-            roomy = [d for d in fits if d * (radix - n * (half // d)) >= need]
-            s_count = (roomy or fits)[0]
+        else:  # the fewest spines that keep the leaves 1:1
+            s_count = [d for d in _divisors(half)
+                       if d >= min(2, half) and n * (half // d) <= radix][0]
         p = half // s_count
         self.top = [f"spine-{j + 1:02d}" for j in range(s_count)]
         for leaf_i, leaf in enumerate(leaves):
@@ -248,11 +245,23 @@ class _Wiring:
         self.switches += [(cn, "core", 3, None) for cn in self.top]
 
 
-def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec
+def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool
                   ) -> tuple[list[_Leaf], dict[tuple[int, int], _Leaf], dict[int, int]]:
+    """Leaves per SU. With subnet-manager hosts the last SU keeps one slot beyond its nodes
+    for them (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot): they hang off leaves like any
+    host, so ftree routes them to every switch and to each other."""
     su_slots: dict[int, int] = {}
     for n in nodes:
         su_slots[n.su] = max(su_slots.get(n.su, 0), n.slot + 1)
+    if sm_slot and su_slots:
+        last = max(su_slots)
+        if su_slots[last] >= spec.half:
+            raise PlanError(
+                f"gpuNodes (SU {last})", su_slots[last],
+                f"fills all {spec.half} slots of the last SU; its leaves keep one slot for the "
+                "subnet-manager hosts", f"leave slot {spec.half - 1} of SU {last} free (DGX "
+                "SuperPOD: 4 SUs = 127 DGX and the UFM slot), or start another SU")
+        su_slots[last] += 1
     leaves: list[_Leaf] = []
     leaf_of: dict[tuple[int, int], _Leaf] = {}  # (su, rail) -> leaf
     g_of: dict[int, int] = {}
@@ -337,7 +346,7 @@ def plan_fabric(
     sms = sorted(sm_hosts, key=lambda s: (-s.priority, s.hostname))
     warnings: list[str] = []
 
-    leaves, leaf_of, g_of = _build_leaves(nodes, spec)
+    leaves, leaf_of, g_of = _build_leaves(nodes, spec, bool(sms))
     tiers = spec.tiers or (2 if len(leaves) <= radix else 3)
     if tiers == 2 and len(leaves) > radix:
         raise PlanError("fabric.tiers", tiers,
@@ -345,7 +354,7 @@ def plan_fabric(
                         f"(at most {radix} leaves)", "remove fabric.tiers to add a core tier")
     w = _Wiring(spec)
     if tiers == 2:
-        w.two_tier(leaves, len(sms))
+        w.two_tier(leaves)
     else:
         w.three_tier(leaves)
 
@@ -362,7 +371,7 @@ def plan_fabric(
             hca_cables.append((Endpoint(leaf.name, port), Endpoint(n.hostname, 1, hp.rail,
                                                                     hp.hca), "hca"))
 
-    sm_ports = _place_sm(sms, leaves, w.top, w.used, spec)
+    sm_ports = _place_sm(sms, leaves, w.used, half)
     sm_cables: list[tuple[Endpoint, Endpoint, CableKind]] = [
         (Endpoint(sw, port), Endpoint(s.hostname, 1, None, s.hca), "sm")
         for s, (sw, port) in zip(sms, sm_ports, strict=True)]
@@ -423,21 +432,23 @@ def plan_fabric(
 def _place_sm(
     sms: Sequence[SmHost],
     leaves: Sequence[_Leaf],
-    top: Sequence[str],
     used: dict[str, set[int]],
-    spec: FabricSpec,
+    half: int,
 ) -> list[tuple[str, int]]:
-    """Free ports for SM hosts, master and standby on different switches when possible."""
+    """Leaf ports for the SM hosts in the last SU, master and standby on different leaves:
+    ports beyond the rail blocks first, then the slot kept for them (the last of each leaf's
+    span, so nodes added to the SU never take it). Never a spine or core: ftree installs no
+    route between its root switches, so an SM there could not reach the other roots by LID."""
     if not sms:
         return []
-    half, radix = spec.half, spec.radix
+    last = max(leaf.su for leaf in leaves)
     spare: list[tuple[str, int]] = []
-    for leaf in leaves:  # down ports beyond the rail blocks: never a node's port
-        spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
-    for name in top:  # two tiers: spines; three tiers: cores
-        spare += [(name, p) for p in range(radix, 0, -1)]
-    for leaf in sorted(leaves, key=lambda lf: (-lf.su, lf.group)):  # unused slot ports
-        spare += [(leaf.name, p) for p in range(leaf.g * leaf.span, 0, -1)]
+    for leaf in leaves:
+        if leaf.su == last:
+            spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
+    for leaf in leaves:
+        if leaf.su == last:
+            spare += [(leaf.name, r * leaf.span + leaf.span) for r in range(leaf.g)]
     free = [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
     out: list[tuple[str, int]] = []
     taken: set[tuple[str, int]] = set()
@@ -448,9 +459,8 @@ def _place_sm(
         if pick is None:
             raise PlanError(
                 "fabric.subnetManagers", s.hostname,
-                "has no free switch port (every leaf, spine and core port is cabled)",
-                "leave a node slot free, e.g. the last slot of the last SU, as DGX SuperPOD "
-                "does for UFM")
+                f"has no free leaf port in SU {last} (its slot for subnet managers is taken)",
+                f"lower fabric.railsPerLeaf or leave the last slot of SU {last} free")
         taken.add(pick)
         switches_used.add(pick[0])
         used.setdefault(pick[0], set()).add(pick[1])

@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from .bom import physical_cables
+from .bom import cable_parts, cage_use, physical_cables
 from .diagram import render_svg
 from .ibnet import render_topology_net
 from .model import FabricPlan
@@ -30,20 +30,32 @@ def _csv(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def render_cabling_csv(plan: FabricPlan) -> str:
-    """One row per 400G link, switch side first: what a technician cables and labels."""
+    """One row per 400G link, switch side first: what a technician cables and labels. The
+    cage columns say where the link sits (a QM9700 cage holds ports 2c-1 and 2c; a DGX H100
+    cage is OSFP1-4 with ports P1/P2); `cable` is the part carrying the link (one fiber per
+    link, or a DAC shared by the links of its cages) and the module columns the transceiver in
+    each cage, empty where the cage holds a DAC end (bom.py)."""
     rows = []
-    for c in plan.cables:
+    for c, p in zip(plan.cables, cable_parts(plan.cables), strict=True):
         rows.append([c.id, c.kind, c.a.device, c.a.port, c.a_rack, c.b.device,
                      c.b.port if c.b.hca is None else "",
                      "" if c.b.rail is None else c.b.rail, c.b.hca or "", c.b_rack,
-                     c.media, c.length_class])
+                     c.media, c.length_class, p.a_cage.label(p.a_pos), p.a_module,
+                     p.b_cage.label(p.b_pos), p.b_module, p.cable])
     return _csv(["cable_id", "kind", "a_switch", "a_port", "a_rack", "b_device", "b_port",
-                 "b_rail", "b_hca", "b_rack", "media", "length_class"], rows)
+                 "b_rail", "b_hca", "b_rack", "media", "length_class", "a_cage", "a_module",
+                 "b_cage", "b_module", "cable"], rows)
 
 
 def render_bom_csv(plan: FabricPlan) -> str:
     return _csv(["category", "item", "part", "quantity", "note"],
                 [[b.category, b.item, b.part, b.quantity, b.note] for b in plan.bom])
+
+
+def _cages(plan: FabricPlan) -> dict[str, int]:
+    use = cage_use(plan.cables)
+    return {"dgx": use.dgx_cages, "adapter": use.adapter_ports, "switch": use.switch_cages,
+            "fibers": use.fibers, "dacs": use.physical_cables - use.fibers}
 
 
 def summary(plan: FabricPlan) -> dict[str, Any]:
@@ -59,6 +71,7 @@ def summary(plan: FabricPlan) -> dict[str, Any]:
         "bisection_tbps": plan.bisection_tbps,
         "oversubscription": plan.oversubscription_text(),
         "bom": [{"item": b.item, "part": b.part, "quantity": b.quantity} for b in plan.bom],
+        "cages": _cages(plan),
         "placeholders": plan.placeholders.message(),
         "seeds_check": {
             "seed": f"{sc.seed_leaves} leaf + {sc.seed_spines} core, ~{sc.seed_cables} cables",
@@ -114,6 +127,10 @@ def report_lines(plan: FabricPlan) -> list[str]:
         "  bill of materials:",
     ]
     lines += [f"    {b['quantity']:>6} x {b['item']} ({b['part']})" for b in s["bom"]]
+    cg = s["cages"]
+    lines.append(f"  OSFP cages in use: {cg['dgx']} DGX H100 (2 rails each), {cg['switch']} "
+                 f"switch (2 ports each), {cg['adapter']} single-port adapters; "
+                 f"{cg['fibers']} fibers + {cg['dacs']} DACs")
     lines.append(f"  design documents' estimate: {s['seeds_check']['seed']} -> planned "
                  f"{s['seeds_check']['planned']}")
     lines.append(f"  GUIDs: {s['placeholders']}")

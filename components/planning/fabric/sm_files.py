@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from .model import FabricPlan, Partition, PlanError
 
 _HEADER = "# Rendered by the gpu-cluster stack from the fabric plan; edits on the host are lost.\n"
+IPOIB_MTU = 5  # IBTA MTU code: 5 = 4096 bytes, what ConnectX-7 ports and QM9700 switches run
 
 
 def top_tier_guids(plan: FabricPlan) -> list[str]:
@@ -105,6 +106,14 @@ def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None =
             raise PlanError("fabric.partitions[].name", p.name, "is not a partition name",
                             "use letters, digits, - _ .")
         seen[p.pkey] = p.name
+    data_path = [p.name for p in parts if p.data_path]
+    if len(data_path) != 1 or any(p.data_path and (p.members == "storage" or p.hosts)
+                                  for p in parts):
+        raise PlanError("fabric.partitions[].dataPath", data_path or "none",
+                        "the data path needs exactly one partition where every compute port is "
+                        "a full member (NCCL, IPoIB and LNet use P_Key index 0; on the Default "
+                        "partition compute ports are limited and cannot reach each other)",
+                        "mark one partition with members: compute (or all) dataPath: true")
     hosts = {n.hostname for n in plan.nodes}
     out = [
         _HEADER.rstrip(),
@@ -112,28 +121,36 @@ def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None =
     ]
     sm_full = [f"{s.port_guid}=full" for s in plan.sm]
     default = ["ALL=limited", "SELF=full"] + sm_full
-    out += ["Default=0x7fff, ipoib :"] + _with_semicolon(_guid_lines(default)) + [""]
+    out += [f"Default=0x7fff, ipoib, mtu={IPOIB_MTU} :"] + _with_semicolon(
+        _guid_lines(default)) + [""]
     for p in parts:
-        flags = ", ipoib" if p.ipoib else ""
+        # indx0: the P_Key NCCL, an IPoIB parent interface and LNet use (table index 0).
+        # mtu=5: the IPoIB broadcast group at 4096 bytes (default 4 = 2048).
+        flags = (", indx0" if p.data_path else "") + (f", ipoib, mtu={IPOIB_MTU}"
+                                                       if p.ipoib else "")
+        use = " (data path: P_Key index 0)" if p.data_path else ""
         unknown = sorted(set(p.hosts) - hosts)
         if unknown:
             warnings.append(f"fabric.partitions.{p.name}.hosts: {', '.join(unknown)} not in "
                             "the fabric")
         nodes = [n for n in plan.nodes if not p.hosts or n.hostname in p.hosts]
         compute = [r.port_guid for n in nodes for r in n.rails]
+        servers = [f"{g.lower()}=full" for g in p.port_guids]
         if p.members == "all":
-            out += [f"# {p.name}: every end port full", f"{p.name}=0x{p.pkey:04x}{flags} :",
+            out += [f"# {p.name}: every end port full{use}", f"{p.name}=0x{p.pkey:04x}{flags} :",
                     "    ALL=full ;", ""]
             continue
         if p.members == "compute":
-            members = compute
+            members = compute + servers
             head = f"{p.name}=0x{p.pkey:04x}{flags}, defmember=full :"
-            note = f"# {p.name}: {len(members)} compute HCA ports, full members"
+            note = (f"# {p.name}: {len(compute)} compute HCA ports"
+                    + (f" and {len(servers)} server ports" if servers else "")
+                    + f", full members{use}")
         else:
-            members = compute + [f"{g.lower()}=full" for g in p.port_guids]
+            members = compute + servers
             head = f"{p.name}=0x{p.pkey:04x}{flags}, defmember=limited :"
             note = (f"# {p.name}: {len(compute)} compute HCA ports limited (clients), "
-                    f"{len(p.port_guids)} storage server ports full")
+                    f"{len(servers)} storage server ports full{use}")
         if not members:
             warnings.append(f"fabric.partitions.{p.name}: no member ports; not rendered")
             out += [f"# {p.name}=0x{p.pkey:04x}: no member ports yet", ""]
