@@ -227,9 +227,10 @@ def test_gpu_operator_values_follow_the_config(raw):
     values = {r.name: r.values for r in platform.helm_releases(prod())}["gpu-operator"]
     assert values["driver"]["enabled"] is True
     assert values["driver"]["kernelModuleType"] == "open"
-    # prod: DOCA-OFED on the host (what the Lustre client's ko2iblnd is built against), so the
-    # operator's driver builds nvidia-peermem against it.
-    assert values["driver"]["rdma"] == {"enabled": True, "useHostMofed": True}
+    # prod: DOCA-OFED on the host (what the Lustre client's ko2iblnd is built against), and
+    # GPUDirect RDMA through DMA-BUF, which NVIDIA recommends over nvidia-peermem whenever it
+    # is supported (GPU Operator docs, "GPUDirect RDMA and GPUDirect Storage"): no peermem.
+    assert values["driver"]["rdma"] == {"enabled": False, "useHostMofed": True}
     assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": True}}
     assert values["gds"] == {"enabled": True}
     assert values["migManager"] == {"enabled": False}

@@ -173,9 +173,11 @@ def _releases(cluster: Cluster) -> list[Release]:
             "driver": {
                 "enabled": gpu.driver == "operator",
                 "kernelModuleType": "open",  # DMA-BUF GPUDirect RDMA needs the open modules
-                # DMA-BUF is the GPUDirect RDMA path with the operator's DOCA driver;
-                # nvidia-peermem only with a host MOFED.
-                "rdma": {"enabled": gpu.gpudirect_rdma and host_mofed,
+                # GPUDirect RDMA through DMA-BUF (the open modules and the kernel), which
+                # NVIDIA recommends over the legacy nvidia-peermem whenever it is supported,
+                # with DOCA-OFED on the host too; the operator's driver then builds no
+                # peermem module. (A host-installed GPU driver keeps host MOFED + peermem.)
+                "rdma": {"enabled": gpu.gpudirect_rdma and host_mofed and gpu.driver == "host",
                          "useHostMofed": host_mofed},
                 **({"version": gpu.driver_version} if gpu.driver_version else {}),
                 "upgradePolicy": DRIVER_UPGRADE_POLICY,
