@@ -137,11 +137,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     if core:
         assert hardware is not None
         sm_of = {sm.hostname: sm for sm in fabric_plan.sm}
-        master = max(fabric_plan.sm, key=lambda sm: sm.priority).hostname if sm_of else None
+        order = sm_restart_order({h: sm.priority for h, sm in sm_of.items()})
         subnet_managers = {}
-        for host in sm_restart_order({h: sm.priority for h, sm in sm_of.items()}):
+        for host in order:  # the master is last
             files = sm_host_files(fabric_files, host)
-            script = sm_apply_script(files, sm_of[host].hca, host == master)
+            script = sm_apply_script(files, sm_of[host].hca, host == order[-1])
             artifacts[f"scripts/{host}/apply-opensm.sh"] = script
             subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script)
         domain = cluster.network.domain

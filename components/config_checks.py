@@ -280,11 +280,13 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             ("network.rdmaCidr", c.network.rdma_cidr)]
     if c.network.bmc_cidr:
         nets.append(("network.bmcCidr", c.network.bmc_cidr))
+    nets.append(("storage.lnetAddresses.cidr", c.storage.lnet_addresses.cidr))
     for i, (pa, a) in enumerate(nets):
         for pb, b in nets[i + 1:]:
             if a.overlaps(b):
                 yield Problem(pb, str(b), f"overlaps {pa} {a}",
-                              "use disjoint ranges for management, pods, services and RDMA")
+                              "use disjoint ranges for management, pods, services, RDMA and "
+                              "the Lustre servers' IPoIB subnet")
     yield from _pod_cidr_problems(c)
     first, last = c.network.ingress_pool
     if first > last or first not in c.network.management_cidr \

@@ -208,3 +208,14 @@ def copy_repo(dst: Path) -> Path:
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
     return copy_repo(tmp_path / "gpu-cluster")
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The prod stack rendered by the offline preview, in a copy of the repository (read only:
+    shared by every test that reads the rendering)."""
+    project = copy_repo(tmp_path_factory.mktemp("repo"))
+    out = run_offline(project, "preview")
+    # 0 = clean; 3 = a mandatory policy violation (reported by the policy tests, not here).
+    assert out.returncode in (0, 3), out.stdout + out.stderr
+    return project / "build" / "prod"

@@ -989,15 +989,15 @@ def prod_scripts() -> dict[str, str]:
 def sm_setups() -> dict[str, tuple[dict[str, str], str, bool]]:
     """SM host -> (the files apply-opensm.sh installs (absolute path -> text), its HCA,
     whether it is the master), as blueprint.py renders them."""
-    from components.fabric import sm_host_files
+    from components.fabric import sm_host_files, sm_restart_order
     from components.planning import placement
     from components.planning.fabric.render import render_fabric_files
 
     plan = placement.plan(prod_cluster())
     fabric_files = render_fabric_files(plan)
-    top = max(sm.priority for sm in plan.sm)
-    return {sm.hostname: (sm_host_files(fabric_files, sm.hostname), sm.hca, sm.priority == top)
-            for sm in plan.sm}
+    master = sm_restart_order({sm.hostname: sm.priority for sm in plan.sm})[-1]
+    return {sm.hostname: (sm_host_files(fabric_files, sm.hostname), sm.hca,
+                          sm.hostname == master) for sm in plan.sm}
 
 
 def sm_files() -> dict[str, dict[str, str]]:

@@ -13,7 +13,6 @@ import copy
 import functools
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,19 +60,6 @@ def raw() -> dict:
 @functools.cache
 def prod() -> Cluster:
     return validate_cluster(prod_raw(), REPO)
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory) -> Path:
-    """The prod stack rendered by the offline preview, in a copy of the repository."""
-    root = tmp_path_factory.mktemp("repo")
-    shutil.copytree(REPO, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-        ".git", "build", "rendered", ".venv", "__pycache__", ".pytest_cache"))
-    out = subprocess.run([sys.executable, "-m", "offline", "preview", "--stack", "prod",
-                          "--project-dir", str(root)], cwd=root, capture_output=True, text=True)
-    # 0 = clean; 3 = a mandatory policy violation (reported by the policy tests, not here).
-    assert out.returncode in (0, 3), out.stdout + out.stderr
-    return root / "build" / "prod"
 
 
 def objects(build: Path) -> list[tuple[Path, dict]]:

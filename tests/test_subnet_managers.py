@@ -11,23 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from conftest import REPO, copy_repo, prod_raw, run_offline
+from conftest import REPO, prod_raw
 
 from components.config import validate_cluster
 from components.fabric import sm_apply_script, sm_restart_order
 from components.planning import placement
 
 FILES = {"/etc/opensm/opensm.conf": "sm_priority 15\n"}
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The prod stack rendered by the offline preview, in a copy of the repository."""
-    project = copy_repo(tmp_path_factory.mktemp("repo"))
-    out = run_offline(project, "preview")
-    assert out.returncode in (0, 3), out.stdout + out.stderr
-    return project / "build" / "prod"
 
 
 def _plan(build: Path) -> dict[str, dict]:

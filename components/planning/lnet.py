@@ -111,16 +111,6 @@ def config_problems(cluster: Cluster) -> Iterator[tuple[str, Any, str, str]]:
                        f"contains the MGS address {ip} (storage.lustre[{i}].mgsNids): a client "
                        "rail would take a server's address",
                        "keep the client range clear of every Lustre server address")
-    others = [("network.managementCidr", cluster.network.management_cidr),
-              ("network.rdmaCidr", cluster.network.rdma_cidr),
-              ("kubernetes.podCidr", cluster.kubernetes.pod_cidr),
-              ("kubernetes.serviceCidr", cluster.kubernetes.service_cidr)]
-    if cluster.network.bmc_cidr:
-        others.append(("network.bmcCidr", cluster.network.bmc_cidr))
-    for other, net in others:
-        if la.cidr.overlaps(net):
-            yield (f"{path}.cidr", str(la.cidr), f"overlaps {other} {net}",
-                   "use the Lustre servers' IPoIB subnet, disjoint from the other ranges")
     size = _block_size(cluster)
     for node in cluster.nodes:
         offset = node_offset(cluster, node)
