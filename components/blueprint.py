@@ -12,7 +12,12 @@ from typing import Any
 
 import pulumi
 
-from components.bootstrap import ControlPlaneHost, KubeadmCluster, KubeadmClusterArgs
+from components.bootstrap import (
+    ControlPlaneHost,
+    KubeadmCluster,
+    KubeadmClusterArgs,
+    PlannedReboot,
+)
 from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
 from components.fabric import (
     FabricArgs,
@@ -31,6 +36,7 @@ from components.planning import (
     kubeadm,
     placement,
     platform,
+    reboot,
     storage,
     switch_config,
     workloads,
@@ -77,7 +83,9 @@ class Blueprint:
             ]
         if workers:
             order.append(f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each "
-                         f"with its own {c.kubernetes.join_token_ttl_minutes}-minute token")
+                         "after its planned reboot when its boot settings need one (kernel "
+                         f"arguments), with its own {c.kubernetes.join_token_ttl_minutes}-minute "
+                         "token")
         if self.platform is not None and self.storage is not None:
             order += ["platform: " + " -> ".join(self.platform.releases),
                       f"storage: {len(self.storage.claims)} Lustre volume claims"]
@@ -182,6 +190,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                       for h in cluster.control_plane[1:]} if core else {}
         for host, script in cp_scripts.items():
             artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
+        reboots = {n.hostname: _planned_reboot(n) for n in nodes}
+        for host, plan in reboots.items():
+            for i, step in enumerate(("check", "drain", "reboot", "after_boot", "uncordon"), 1):
+                artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
+                    getattr(plan, step)
         leaves = placement.rail_leaves(fabric_plan)
         assert hardware is not None
         kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
@@ -197,6 +210,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                          for n in nodes},
             kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
             kubelet_config_script=kubelet_script,
+            reboots=reboots,
         ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
     provider = kube.provider if kube is not None else None
     if provider is None and reference is not None:
@@ -296,6 +310,14 @@ def _control_plane_host(cluster: Cluster, secrets: Secrets,
     # Prepared by the core stack of a split site: only reached over SSH from here.
     return ControlPlaneHost(host.hostname, connection(
         str(host.management_ip), cluster.ssh_user, secrets.ssh_private_key, host.ssh_host_key))
+
+
+def _planned_reboot(node: GpuNode) -> PlannedReboot:
+    host = node.hostname
+    return PlannedReboot(
+        fingerprint=reboot.boot_fingerprint(node), check=reboot.check_script(node),
+        drain=reboot.drain_script(host), reboot=reboot.reboot_script(node),
+        after_boot=reboot.after_boot_script(node), uncordon=reboot.uncordon_script(host))
 
 
 def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address: str,

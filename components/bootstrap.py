@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 
 from components.hardware import BareMetalNode
 from components.kube import cluster_provider
-from components.planning import kubeadm
+from components.planning import kubeadm, reboot
 from components.remote import remote_command
 
 # Commands whose stdout carries a credential: kept secret in state and never logged.
@@ -29,6 +29,19 @@ class ControlPlaneHost:
     hostname: str
     connection: Any
     prepared: Any = None
+
+
+@dataclass(frozen=True)
+class PlannedReboot:
+    """A GPU node's reboot commands (components/planning/reboot.py), re-run when what its boot
+    must apply (`fingerprint`) changes."""
+
+    fingerprint: str
+    check: str
+    drain: str
+    reboot: str
+    after_boot: str
+    uncordon: str
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,8 @@ class KubeadmClusterArgs:
     kubeconfig: Any = None
     # Uploads the KubeletConfiguration joining nodes read (with the init, in the same stack).
     kubelet_config_script: str | None = None
+    # Per worker: drained, rebooted and checked before it joins or after a boot change.
+    reboots: dict[str, PlannedReboot] = field(default_factory=dict)
 
 
 def _present(*resources: Any) -> list[Any]:
@@ -186,9 +201,47 @@ class KubeadmCluster(pulumi.ComponentResource):
             f"{host}-join-token", cp,
             "sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host))
 
+    def _planned_reboot(self, node: BareMetalNode, plan: PlannedReboot | None,
+                        cp: ControlPlaneHost) -> Any:
+        """Check → drain (control plane) → reboot → wait and check → uncordon, each re-run
+        when the boot fingerprint changes; returns what the join waits for. Every step is a
+        no-op when the node needs no reboot; members take a lock so only one is out at a time.
+        """
+        if plan is None:
+            return node.prepared
+        host = node.hostname
+
+        def opts(*after: Any) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(after))
+
+        check = remote_command(f"{host}-reboot-check", connection=node.connection,
+                               create="sudo bash -s", stdin=plan.check,
+                               triggers=[plan.fingerprint], opts=opts(node.prepared))
+        # The drain acts on the check's verdict (its argument); the steps after it re-run
+        # whenever the verdict does.
+        verdict = check.stdout.apply(
+            lambda out: "reboot" if reboot.REBOOT_REQUIRED in (out or "") else "none")
+        triggers = [plan.fingerprint, verdict]
+        drain = remote_command(
+            f"{host}-reboot-drain", connection=cp.connection,
+            create=pulumi.Output.concat(f"sudo bash -c {shlex.quote(plan.drain)} drain ",
+                                        verdict),
+            triggers=triggers, opts=opts(check, *_present(self.init)))
+        restart = remote_command(f"{host}-reboot", connection=node.connection,
+                                 create="sudo bash -s", stdin=plan.reboot, triggers=triggers,
+                                 opts=opts(drain))
+        booted = remote_command(f"{host}-reboot-wait", connection=node.boot_connection,
+                                create="sudo bash -s", stdin=plan.after_boot,
+                                triggers=triggers, opts=opts(restart))
+        remote_command(f"{host}-reboot-uncordon", connection=cp.connection,
+                       create=f"sudo bash -c {shlex.quote(plan.uncordon)}", triggers=triggers,
+                       opts=opts(booted))
+        return booted
+
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
               cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
+        booted = self._planned_reboot(node, args.reboots.get(host), cp)
         token = self._join_token(host, cp, args)
         join = remote_command(
             f"{host}-kubeadm-join",
@@ -199,7 +252,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
                    "kubeadm reset --force --cleanup-tmp-dir'",
             opts=pulumi.ResourceOptions(parent=self,
-                                        depends_on=[node.prepared, token, *self._before_join],
+                                        depends_on=[booted, token, *self._before_join],
                                         ignore_changes=["stdin"]),
         )
         # Lives on the control plane; deleting it cordons and drains the node before the

@@ -37,7 +37,9 @@ from components.config_types import (
     HcaName,
     HostKey,
     IPv4,
+    KernelArg,
     Model,
+    NetdevName,
     PinnedImage,
     PKey,
     Problem,
@@ -92,7 +94,15 @@ class NodeTemplate(Model):
     gpu: GpuSpec = GpuSpec()
     # Compute HCA per rail, rail r = position r. DGX H100 numbering is not contiguous.
     hcas: tuple[HcaName, ...]
+    # The IPoIB interface of each rail's HCA, as the OS names it (never renamed by the stack):
+    # DGX OS's stable names, e.g. ibp24s0 for mlx5_0. The RDMA device plugin, the pods'
+    # attachment (rail 0) and LNet bind these names (docs/hosts.md, "Rail interface names").
+    netdevs: tuple[NetdevName, ...]
     hca_model: Literal["ConnectX-7"] = "ConnectX-7"
+    # The kernel command line GPU nodes boot with, besides DGX OS's own; a change reboots them
+    # one at a time (docs/hosts.md, "Planned reboots"). iommu=pt: IOMMU pass-through for
+    # GPUDirect RDMA peer-to-peer DMA.
+    kernel_args: tuple[KernelArg, ...] = ("iommu=pt",)
     link_gbps: Literal[400] = 400
     memory_gib: int = Field(2048, ge=64)
     cpu_cores: int = Field(192, ge=8)
@@ -128,6 +138,7 @@ class NodeOverride(Model):
     su: int | None = Field(None, ge=1)
     slot: int | None = Field(None, ge=0)
     hcas: tuple[HcaName, ...] | None = None
+    netdevs: tuple[NetdevName, ...] | None = None
     port_guids: tuple[Guid, ...] | None = None
 
 
@@ -142,6 +153,7 @@ class GpuNodes(Model):
 class Rail:
     index: int
     hca: str
+    netdev: str
     port_guid: str | None
 
 

@@ -69,6 +69,7 @@ def expand_nodes(cluster: Cluster, inventory: Inventory
                                         "255.255.255.255", "start the range lower"))
                 break
             hcas = ov.hcas or spec.template.hcas
+            netdevs = ov.netdevs or spec.template.netdevs
             rails = []
             for r, hca in enumerate(hcas):
                 fact = facts.rails.get(r) if facts else None
@@ -79,6 +80,7 @@ def expand_nodes(cluster: Cluster, inventory: Inventory
                 guid = ov.port_guids[r] if ov.port_guids and r < len(ov.port_guids) else (
                     fact.port_guid if fact else None)
                 rails.append(Rail(index=r, hca=(fact.hca if fact and fact.hca else hca),
+                                  netdev=netdevs[r] if r < len(netdevs) else "",
                                   port_guid=guid))
             node = GpuNode(
                 hostname=host, management_ip=mgmt, bmc_address=bmc,
@@ -122,11 +124,31 @@ def _fact_problems(node: GpuNode, facts: Any, src: str, rails: int) -> list[Prob
     return out
 
 
+def _netdev_problems(key: str, netdevs: Sequence[str], rails: int,
+                     rail0: str | None = None) -> Iterator[Problem]:
+    """One IPoIB interface per rail, each once; rail 0's is the master of the pods'
+    attachment, one name cluster-wide (`rail0`: the template's, for an override)."""
+    if len(netdevs) != rails:
+        yield Problem(key, list(netdevs), f"{len(netdevs)} rail interfaces for {rails} rails",
+                      "list the IPoIB interface of every rail's HCA, in rail order "
+                      "(`ibdev2netdev`: mlx5_0 ==> ibp24s0)")
+        return
+    for path, value, first in _duplicates([(f"{key}[{r}]", n) for r, n in enumerate(netdevs)]):
+        yield Problem(path, value, f"interface already used by {first}",
+                      "each rail has its own HCA and so its own interface; check `ibdev2netdev`")
+    if rail0 and netdevs and netdevs[0] != rail0:
+        yield Problem(f"{key}[0]", netdevs[0],
+                      f"rail 0 differs from the template's {rail0}, the one interface the pods' "
+                      "RDMA attachment uses as master on every node",
+                      f"name rail 0's port {rail0} on this node too (a systemd .link file with a "
+                      "name outside ibN), or cable the node so rail 0 is that port")
+
+
 def _normalised(node: GpuNode) -> GpuNode:
     """Lower-case GUIDs and MACs from the inventory so comparisons are exact."""
     from components.config import GpuNode, Rail
 
-    rails = tuple(Rail(r.index, r.hca, r.port_guid.lower() if r.port_guid else None)
+    rails = tuple(Rail(r.index, r.hca, r.netdev, r.port_guid.lower() if r.port_guid else None)
                   for r in node.rails)
     mac = node.management_mac.lower() if isinstance(node.management_mac, str) else None
     return GpuNode(**{**node.__dict__, "rails": rails, "management_mac": mac})
@@ -150,6 +172,12 @@ def _duplicates(items: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, str]]:
 def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat list of checks
     nodes = c.nodes
     yield from c._expanded[1] if c._expanded else ()
+    if c.ssh_user == "root":
+        # A planned reboot schedules `shutdown -r +1`, whose /run/nologin keeps the check after
+        # the reboot from logging in before the host went down; pam_nologin exempts root.
+        yield Problem("sshUser", c.ssh_user, "root logins pass /run/nologin, so the check after "
+                      "a planned reboot could run on the host before it went down",
+                      "log in as an unprivileged user with passwordless sudo (e.g. ubuntu)")
     host_paths = [(f"hosts[{i}].hostname", h.hostname) for i, h in enumerate(c.hosts)]
     node_paths = [(f"{n.origin} ({n.hostname})", n.hostname) for n in nodes]
     for path, value, first in _duplicates(host_paths + node_paths):
@@ -192,6 +220,8 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         yield Problem("gpuNodes.template.hcas", list(template_hcas),
                       f"{len(template_hcas)} compute HCAs for {gpus} GPUs",
                       "list exactly one compute HCA per GPU rail (rail r = position r)")
+    template = c.gpu_nodes.template
+    yield from _netdev_problems("gpuNodes.template.netdevs", template.netdevs, gpus)
     for n in nodes:
         where = f"{n.origin} ({n.hostname})"
         own_hcas = n.hostname in c.gpu_nodes.overrides and \
@@ -204,6 +234,12 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                                                for r in n.rails]):
             yield Problem(path, value, f"HCA already used by {first}",
                           "each rail needs its own HCA; check `ibstat -l` on the host")
+        own = c.gpu_nodes.overrides.get(n.hostname)
+        if own and (own.netdevs is not None or own.hcas is not None):
+            key = (f"gpuNodes.overrides.{n.hostname}.netdevs" if own.netdevs is not None
+                   else "gpuNodes.template.netdevs")
+            yield from _netdev_problems(key, [r.netdev for r in n.rails if r.netdev],
+                                        len(n.rails), template.netdevs[0])
     guids = [(f"inventory:{n.hostname}.rails[{r.index}].portGuid", r.port_guid)
              for n in nodes for r in n.rails]
     guids += [(f"hosts[{i}].fabricPortGuid", h.fabric_port_guid) for i, h in enumerate(c.hosts)]

@@ -49,6 +49,11 @@ class ConfigError(Exception):
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GUID = re.compile(r"^0x[0-9a-f]{16}$")
 _HCA = re.compile(r"^mlx5_\d{1,3}$")
+# A Linux interface name (IFNAMSIZ: 15 characters); ib<N> and eth<N> are the kernel's own
+# enumeration names, which it may hand to another port at the next boot (systemd.link(5)).
+_NETDEV = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+_KERNEL_NETDEV = re.compile(r"^(ib|eth)\d+$")
+_KERNEL_ARG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]*$")
 _HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/]+=*$")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
@@ -80,6 +85,25 @@ def _hca(v: str) -> str:
     if not _HCA.match(v):
         raise ValueError("is not an RDMA device name || use the ConnectX device name that "
                          "`ibstat -l` lists, e.g. mlx5_0")
+    return v
+
+
+def _netdev(v: str) -> str:
+    if not _NETDEV.match(v):
+        raise ValueError("is not a network interface name || use the name `ibdev2netdev` "
+                         "prints for the rail's HCA, e.g. ibp24s0 (at most 15 characters)")
+    if _KERNEL_NETDEV.match(v):
+        raise ValueError("is in the kernel's own ibN/ethN namespace, which it hands out in "
+                         "probe order at every boot (and a DGX H100's storage ports use it too) "
+                         "|| use the stable name DGX OS gives the port, as `ibdev2netdev` "
+                         "prints it (mlx5_0 ==> ibp24s0)")
+    return v
+
+
+def _kernel_arg(v: str) -> str:
+    if not _KERNEL_ARG.match(v):
+        raise ValueError("is not one kernel command-line argument || write one word per list "
+                         "item, e.g. iommu=pt or init_on_alloc=0 (no spaces or quotes)")
     return v
 
 
@@ -171,6 +195,8 @@ def _pkey(v: Any) -> int:
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 Guid = Annotated[str, BeforeValidator(_guid)]
 HcaName = Annotated[str, AfterValidator(_hca)]
+NetdevName = Annotated[str, AfterValidator(_netdev)]
+KernelArg = Annotated[str, AfterValidator(_kernel_arg)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
 Mac = Annotated[str, AfterValidator(_mac)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]

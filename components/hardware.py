@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
+from components.planning import reboot
 from components.remote import connection, remote_command
 
 
@@ -39,6 +40,9 @@ class BareMetalNode(pulumi.ComponentResource):
         self.address = args.address
         self.connection = connection(args.address, args.ssh_user, args.ssh_private_key,
                                      args.ssh_host_key)
+        # For the check after a planned reboot: dialled until the host is back.
+        self.boot_connection = connection(args.address, args.ssh_user, args.ssh_private_key,
+                                          args.ssh_host_key, reboot.BOOT_WAIT_DIALS)
         self.prepared = remote_command(
             f"{name}-prepare",
             connection=self.connection,

@@ -4,7 +4,8 @@ checks afterwards. Read from the diff alone, so it works for any two renderings.
 Its inputs are conventions of the stack's resources: `<host>-member` (cluster membership, its
 delete drains), `<host>-kubeadm-join` (its delete resets), `<switch>-config` (a switch's port
 map, one `interface ib 1/<port> description "<peer> [<media> <length>]"` line per cable),
-`<host>-opensm` (subnet-manager files), `kubelet-config` (the KubeletConfiguration joining nodes
+`<host>-opensm` (subnet-manager files), `<host>-reboot` (a GPU node's planned reboot, re-created
+when its boot settings change), `kubelet-config` (the KubeletConfiguration joining nodes
 read), `<host>-kubeadm-init` (settings applied once), Helm releases named after their chart.
 """
 
@@ -181,6 +182,21 @@ def _sm_step(changes: Iterable[Change], sms: list[str],
     return text + ("" if master and standbys else " (maintenance window)")
 
 
+def _reboot_step(hosts: list[str]) -> str:
+    """GPU nodes whose boot settings change (the `<host>-reboot` chain is re-created)."""
+    which = ", ".join(hosts) if len(hosts) <= 12 else _span(hosts)
+    return (
+        f"planned reboot of {which} (kernel arguments, initramfs, interface names change): "
+        "`pulumi up` takes each through check -> drain -> reboot -> wait -> uncordon. A node "
+        "that is a cluster member takes the kube-system/gpu-cluster-reboot-lock ConfigMap "
+        "first, so one member is out at a time: kubectl drain on the control plane, "
+        "`shutdown -r +1` on the node, SSH dialled until it is back (about an hour at most), "
+        "then a check of the new boot ID, /proc/cmdline and every rail interface, then "
+        "uncordon (unless it was cordoned before). A node that needs no reboot passes "
+        "through without a drain. Running jobs on a drained node are evicted: plan a "
+        "maintenance window")
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -203,7 +219,9 @@ def runbook(diff: Diff, stack: str = "prod",
     rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
                       if (h := _suffix(c.name, "-kubeadm-join")) is not None)
     rehosted = _rehosted(changes)
-    if not (leaving or joining or moves or sms or operators or prepared or kubelet
+    rebooting = any(_suffix(c.name, "-reboot") for c in changes
+                    if c.action in ("create", "replace"))
+    if not (leaving or joining or moves or sms or operators or prepared or kubelet or rebooting
             or control_plane or rejoined or rehosted
             or any(a != "update" for a in switches.values())):
         return []
@@ -220,10 +238,14 @@ def runbook(diff: Diff, stack: str = "prod",
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
                      f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
+    rebooted = [h for h in _hosts(changes, "-reboot", "create")
+                + _hosts(changes, "-reboot", "replace") if h not in joining]
+    if rebooted:
+        steps.append(_reboot_step(sorted(rebooted)))
     for host in prepared:
-        if host not in joining and host not in leaving and host not in recabled:
-            steps.append(f"host preparation changes on {host}: drain it first if the change "
-                         "needs a reboot (kernel arguments, drivers)")
+        if host not in joining and host not in leaving and host not in rebooted:
+            steps.append(f"host preparation changes on {host}: applied in place by `pulumi up`; "
+                         "its boot settings are unchanged, so no reboot and no drain")
     # A peer unplugged from one port and plugged into another is one cable moving.
     pulled = {mv.old: mv for mv in moves if mv.old and not mv.new}
     plugged = {mv.new: mv for mv in moves if mv.new and not mv.old}

@@ -411,10 +411,54 @@ if [ -z "$kc" ] || [ ! -f "$kc" ] || [ -e "$S/api-down" ]; then
 fi
 set -- "${args[@]}"
 N=$S/cluster/nodes
+# ConfigMaps (kube-system only): $S/cluster/configmaps/<name>/<key>; `create` is atomic.
+CM=$S/cluster/configmaps
+ns=''; rest=()
+while [ $# -gt 0 ]; do
+  case "$1" in -n|--namespace) ns=$2; shift ;; *) rest+=("$1") ;; esac
+  shift
+done
+set -- "${rest[@]}"
+jsonpath=''
+for a in "$@"; do case "$a" in jsonpath=*) jsonpath=${a#jsonpath=} ;; esac; done
 verb=$1; shift
+if [ "${1-}" = configmap ]; then
+  [ "$ns" = kube-system ] || { echo "stub: configmaps in kube-system only" >&2; exit 1; }
+  name=$2; mkdir -p "$CM"
+  case "$verb" in
+    create)
+      mkdir "$CM/$name" 2>/dev/null \
+        || { echo "error: configmaps \"$name\" already exists" >&2; exit 1; }
+      for a in "$@"; do
+        case "$a" in
+          --from-literal=*)
+            kv=${a#--from-literal=}; printf '%s' "${kv#*=}" > "$CM/$name/${kv%%=*}" ;;
+        esac
+      done
+      echo "configmap/$name created" ;;
+    get)
+      if [ ! -d "$CM/$name" ]; then
+        for a in "$@"; do [ "$a" = --ignore-not-found ] && exit 0; done
+        echo "Error from server (NotFound): configmaps \"$name\" not found" >&2; exit 1
+      fi
+      key=${jsonpath#\{.data.}; key=${key%\}}
+      cat "$CM/$name/$key" 2>/dev/null || true ;;
+    delete)
+      [ -d "$CM/$name" ] \
+        || { echo "Error from server (NotFound): configmaps \"$name\" not found" >&2; exit 1; }
+      rm -rf "${CM:?}/$name"; echo "configmap \"$name\" deleted" ;;
+  esac
+  exit 0
+fi
 case "$verb" in
   get)
     [ "$1" = node ] || [ "$1" = nodes ] || exit 0
+    if [ "$jsonpath" = '{.spec.unschedulable}' ]; then
+      [ -e "$N/$2" ] || { echo "Error from server (NotFound): nodes \"$2\" not found" >&2; exit 1; }
+      last=$(grep -E '^(cordon|uncordon|drain)$' "$N/$2" | tail -1)
+      case "$last" in cordon|drain) printf true ;; esac
+      exit 0
+    fi
     name=$2 ignore=0 out=''
     for a in "$@"; do
       case "$a" in
@@ -457,7 +501,11 @@ echo "sminfo: sm lid 1 sm guid 0xb83fd20300f10002, activity count 42 priority 15
     "hostnamectl": "",
     "udevadm": "",
     "reboot": "",
-    "shutdown": "",
+    # shutdown -r +N: scheduled, and /run/nologin written at once (systemd does within 5 min).
+    "shutdown": r"""
+echo "$*" > "$S/shutdown-scheduled"
+echo "System is going down." > /run/nologin
+""",
     "wipefs": "",
     # LNet as lnetctl keeps it: $S/lnet/configured after `lnet configure`, one file per net
     # (what `import` read for it) in $S/lnet/nets; `export` prints them. Importing a net that
@@ -516,7 +564,7 @@ def _verb(call: Call) -> str:
     args = list(call[1:])
     while args and args[0].startswith("-") and call[0] in ("systemctl", "kubectl"):
         opt = args.pop(0)
-        if opt == "--kubeconfig" and args:
+        if opt in ("--kubeconfig", "-n", "--namespace") and args:
             args.pop(0)
     return args[0].split("=")[0] if args else ""
 
@@ -588,6 +636,7 @@ class Sandbox:
         self.bin = self.base / "bin"
         self.state = self.base / "state"
         self.cmdline = self.base / "cmdline"
+        self.boot_id = self.base / "boot_id"
         for d in ("etc/modules-load.d", "etc/sysctl.d", "etc/modprobe.d", "etc/default",
                   "etc/systemd/network", "var/lib", "var/log", "run", "root", "dev/md",
                   "sys/class/infiniband", "sys/block", "dev/disk/by-id", "stub/bin",
@@ -598,6 +647,7 @@ class Sandbox:
         (self.root / "etc/fstab").write_text(FSTAB)
         (self.root / "etc/hostname").write_text(self.hostname + "\n")
         self.cmdline.write_text(CMDLINE)
+        self.boot_id.write_text("5f1c8e2a-7b3d-4e6f-9a0b-1c2d3e4f5a6b\n")
         for d in ("pkgs", "held", "units", "modules", "disks", "fs", "mounts", "fail",
                   "cluster/nodes", "dev", "boot-mounts"):
             (self.state / d).mkdir(parents=True, exist_ok=True)
@@ -616,12 +666,38 @@ class Sandbox:
     # --- arranging the host -------------------------------------------------------------------
     def add_hca(self, hca: str, pci: str) -> None:
         """/sys/class/infiniband/<hca> -> ../../devices/.../<pci>/infiniband/<hca>, whose
-        `device` link points at the fake PCI function (so `readlink -f` resolves it)."""
+        `device` link points at the fake PCI function (so `readlink -f` resolves it), and the
+        port's IPoIB interface under <pci>/net and /sys/class/net (named as at boot)."""
         fn = self.root / "sys/devices/pci0000:00" / pci
         (fn / "infiniband" / hca).mkdir(parents=True, exist_ok=True)
         (fn / "infiniband" / hca / "device").symlink_to("../../../" + pci)
         (self.root / "sys/class/infiniband" / hca).symlink_to(
             f"../../devices/pci0000:00/{pci}/infiniband/{hca}")
+        self.hcas = {**self.hcas, hca: pci}
+        self._name_netdev(pci)
+
+    def netdev(self, hca: str) -> str:
+        """The IPoIB interface of an HCA, as the fake kernel named it at the last boot."""
+        return next((self.root / "sys/devices/pci0000:00" / self.hcas[hca] / "net").iterdir()).name
+
+    def _name_netdev(self, pci: str) -> None:
+        """Name a port's interface the way udev does at boot: a systemd .link file matching
+        `Path=pci-<pci>` sets it, else net_id's predictable name (ib + p<bus>s<slot>, DGX OS:
+        0000:18:00.0 is ibp24s0). A stand-in for udev, enough for the names the stack reads."""
+        net = self.root / "sys/devices/pci0000:00" / pci / "net"
+        for old in net.iterdir() if net.exists() else ():
+            (self.root / "sys/class/net" / old.name).unlink(missing_ok=True)
+            old.rmdir()
+        _, bus, slot_fn = pci.split(":")
+        name = f"ibp{int(bus, 16)}s{int(slot_fn.split('.')[0], 16)}"
+        for link in sorted((self.root / "etc/systemd/network").glob("*.link")):
+            text = link.read_text()
+            if f"Path=pci-{pci}\n" in text and (m := re.search(r"^Name=(\S+)$", text, re.M)):
+                name = m.group(1)
+        (net / name).mkdir(parents=True)
+        (self.root / "sys/class/net").mkdir(parents=True, exist_ok=True)
+        (self.root / "sys/class/net" / name).symlink_to(
+            f"../../devices/pci0000:00/{pci}/net/{name}")
 
     def add_nvme(self, drive: Nvme) -> None:
         """An NVMe namespace the way the kernel and udev show it: /dev/<name> (and its
@@ -756,6 +832,10 @@ class Sandbox:
         (self.state / "swap").unlink(missing_ok=True)
         if re.search(r"^[^#].*\sswap\s", (self.root / "etc/fstab").read_text(), re.M):
             (self.state / "swap").touch()
+        self.boot_id.write_text(str(uuid_lib.uuid4()) + "\n")
+        (self.state / "shutdown-scheduled").unlink(missing_ok=True)
+        for pci in self.hcas.values():
+            self._name_netdev(pci)
         grub = self.root / "etc/default/grub.d/90-gpu-cluster.cfg"
         if (self.state / "grub-updated").exists() and grub.exists():
             m = re.search(r'\$GRUB_CMDLINE_LINUX_DEFAULT ([^"]*)"', grub.read_text())
@@ -772,6 +852,7 @@ class Sandbox:
             "--bind", str(self.root), "/",
             "--ro-bind", "/usr", "/usr", *self._top_dirs(),
             "--proc", "/proc", "--ro-bind", str(self.cmdline), "/proc/cmdline",
+            "--ro-bind", str(self.boot_id), "/proc/sys/kernel/random/boot_id",
             "--dev", "/dev", "--bind", str(self.root / "dev/md"), "/dev/md",
             "--bind", str(self.root / "dev/disk"), "/dev/disk", *self._device_nodes(),
             "--ro-bind", str(self.bin), STUB_BIN, "--bind", str(self.state), STUB_STATE,
@@ -921,6 +1002,17 @@ def dgx_h100_drives(missing: Iterable[str] = ()) -> DgxStorage:
     return DgxStorage(os_drives, tuple(d for d in data if d.name not in set(missing)))
 
 
+# The DGX H100's compute ConnectX-7s and their PCI functions, from the user guide's network
+# module table (RDMA device -> DGX OS interface: mlx5_0 ibp24s0 ... mlx5_11 ibp220s0; the bus
+# is the interface name's p<bus>, in hex here).
+DGX_H100_HCAS = {"mlx5_0": "0000:18:00.0", "mlx5_3": "0000:40:00.0", "mlx5_4": "0000:4f:00.0",
+                 "mlx5_5": "0000:5e:00.0", "mlx5_6": "0000:9a:00.0", "mlx5_9": "0000:c0:00.0",
+                 "mlx5_10": "0000:ce:00.0", "mlx5_11": "0000:dc:00.0"}
+# Rail r's interface on DGX OS (the same table, GPU r's ConnectX in rail order).
+DGX_H100_RAIL_NETDEVS = ("ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0", "ibp192s0",
+                         "ibp206s0", "ibp220s0")
+
+
 def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = ()) -> DgxStorage:
     """DGX OS on a DGX H100: / on md0, a RAID1 of the M.2 drives' second partitions, the EFI
     partition of the first at /boot/efi. With `data_array` (DGX OS's default) the U.2 data
@@ -964,7 +1056,7 @@ def prod_scripts() -> dict[str, str]:
     """`<host>/<name>.sh` -> text: every script `offline preview` writes under scripts/."""
     from components.config import CLUSTER_KEY
     from components.fabric import sm_apply_script
-    from components.planning import host_scripts, kubeadm
+    from components.planning import host_scripts, kubeadm, reboot
 
     cluster = prod_cluster()
     scripts = {f"{h.hostname}/prepare-host.sh": host_scripts.prepare_host(cluster, h, CLUSTER_KEY)
@@ -979,6 +1071,13 @@ def prod_scripts() -> dict[str, str]:
         cluster, init_host)
     scripts |= {f"{n.hostname}/kubeadm-join.sh": kubeadm.join_script(cluster, n)
                 for n in cluster.nodes}
+    for n in cluster.nodes:
+        h = n.hostname
+        scripts |= {f"{h}/planned-reboot/1-check.sh": reboot.check_script(n),
+                    f"{h}/planned-reboot/2-drain.sh": reboot.drain_script(h),
+                    f"{h}/planned-reboot/3-reboot.sh": reboot.reboot_script(n),
+                    f"{h}/planned-reboot/4-after-boot.sh": reboot.after_boot_script(n),
+                    f"{h}/planned-reboot/5-uncordon.sh": reboot.uncordon_script(h)}
     if cluster.workloads.nccl_test is not None:
         from components.planning import workloads
         scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = workloads.nccl_gate_script(

@@ -17,7 +17,8 @@ from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
 NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-bmc", "{h}-join-token", "{h}-kubeadm-join",
-                  "{h}-member", "{h}-placement")
+                  "{h}-member", "{h}-placement", "{h}-reboot-check", "{h}-reboot-drain",
+                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon")
 # Sized by the number of GPU nodes: the acceptance test runs on all of them and is resubmitted.
 NCCL = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
 

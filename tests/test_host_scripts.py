@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 from sandbox import (
+    DGX_H100_HCAS,
     STUB_CERT_KEY,
     STUB_INIT_TOKEN,
     Run,
@@ -56,13 +58,9 @@ DATA_IDS = dgx_h100_drives().data_ids
 SCRATCH = CLUSTER.storage.scratch
 
 
-def pci(rail: int) -> str:
-    return f"0000:{0x18 + 0x10 * rail:02x}:00.0"
-
-
 def sandbox(tmp_path: Path, host: str, drop_hca: str | None = None) -> Sandbox:
     node = NODES.get(host)
-    hcas = {r.hca: pci(r.index) for r in node.rails if r.hca != drop_hca} if node else {}
+    hcas = {r.hca: DGX_H100_HCAS[r.hca] for r in node.rails if r.hca != drop_hca} if node else {}
     sb = Sandbox(tmp_path / host, host, hcas)
     if node:
         dgx_h100(sb, data_array=False)
@@ -123,16 +121,15 @@ def check_gpu_prepare(sb: Sandbox, run: Run) -> None:
                      "defaults,noatime,nofail 0 0$", sb.path("/etc/fstab").read_text(), re.M)
     assert run.count("update-grub") == 1 and run.count("update-initramfs", "-u") == 1
     assert "iommu=pt" in sb.path("/etc/default/grub.d/90-gpu-cluster.cfg").read_text()
-    for r in node.rails:
-        link = sb.path(f"/etc/systemd/network/10-gpu-cluster-ib{r.index}.link").read_text()
-        assert f"Path=pci-{pci(r.index)}\n" in link and f"Name=ib{r.index}" in link
-    # LNet: the pinned client, /etc/lnet.conf for `lnetctl import` (tests/test_lnet.py runs it
-    # on a host whose rails have their names; here they do not yet, so nothing is loaded).
+    # The rails keep the names DGX OS gives them: nothing renames an interface.
+    assert not list(sb.path("/etc/systemd/network").glob("*.link"))
+    assert [sb.netdev(r.hca) for r in node.rails] == [r.netdev for r in node.rails]
+    # LNet: the pinned client, /etc/lnet.conf for `lnetctl import` on the rails as they are.
     assert not sb.path("/etc/modprobe.d/lustre.conf").exists()
     assert "- net type: o2ib0" in sb.path("/etc/lnet.conf").read_text()
     assert run.count("apt-get", "install", "-y", "--allow-change-held-packages",
                      f"lustre-client-utils={CLUSTER.storage.lustre_client.version}") == 1
-    assert not run.find("lnetctl", "import")
+    assert run.count("lnetctl", "import", "/etc/lnet.conf") == 1
 
 
 def check_cp_prepare(sb: Sandbox, run: Run) -> None:
@@ -214,11 +211,14 @@ def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
 
 # Checks that only read the cluster: rerunning them is a no-op by construction (asserted below).
 READ_ONLY_SCRIPTS = {("control-plane", "nccl-acceptance.sh")}
+# Run in chain order with a reboot between them (and a second pass that changes nothing) by
+# tests/test_planned_reboots.py: scripts/<node>/planned-reboot/*.sh.
+CHAINED_SCRIPTS = {("gpu-worker", "planned-reboot")}
 
 
 def test_every_rendered_script_is_covered() -> None:
     rendered = {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS}
-    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS
+    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS | CHAINED_SCRIPTS
 
 
 def test_read_only_scripts_only_read() -> None:
@@ -255,13 +255,52 @@ def test_an_interrupted_mkfs_is_finished_by_the_next_run(tmp_path: Path) -> None
     assert run.count(mkfs) == 1 and run.count("mount", SCRATCH.mount_point) == 1
 
 
-def test_a_missing_hca_fails_instead_of_writing_a_broken_link(tmp_path: Path) -> None:
+def test_a_missing_hca_fails_before_lnet_binds_the_rails(tmp_path: Path) -> None:
     missing = NODES[GPU].rails[3].hca
     sb = sandbox(tmp_path, GPU, drop_hca=missing)
     run = sb.run(script(GPU, "prepare-host.sh"))
     assert run.returncode != 0 and f"HCA {missing} not found" in run.stderr
-    links = list(sb.path("/etc/systemd/network").glob("*.link"))
-    assert len(links) == 3 and all("Path=pci-0000:" in p.read_text() for p in links)
+    assert not run.find("lnetctl") and not sb.path("/etc/lnet.conf").exists()
+
+
+def test_a_rail_named_otherwise_than_configured_fails_with_the_fix(tmp_path: Path) -> None:
+    """A node cabled or enumerated differently from the template (e.g. not a DGX H100): the
+    script names the rail, what the OS calls it and the key to fix, and binds nothing."""
+    node = NODES[GPU]
+    sb = sandbox(tmp_path, GPU)
+    other = {**DGX_H100_HCAS, node.rails[2].hca: "0000:51:00.0"}  # ibp81s0, not ibp79s0
+    sb.hcas = {}
+    for d in ("sys/class/infiniband", "sys/class/net", "sys/devices"):
+        shutil.rmtree(sb.path(d))
+        sb.path(d).mkdir()
+    for hca, pci in other.items():
+        sb.add_hca(hca, pci)
+    run = sb.run(script(GPU, "prepare-host.sh"))
+    assert run.returncode == 1
+    assert (f"rail 2: {node.rails[2].hca}'s IPoIB interface is 'ibp81s0', the stack config "
+            f"says {node.rails[2].netdev}") in run.stderr
+    assert "set gpuNodes netdevs[2] to what `ibdev2netdev` prints" in run.stderr
+    assert not run.find("lnetctl") and not run.find("netplan")
+
+
+def test_renamed_rails_from_an_earlier_rendering_get_their_names_back_at_the_reboot(
+        tmp_path: Path) -> None:
+    """Hosts prepared when the stack renamed rails to ib<r> (.link files, applied by a boot):
+    the files go, a reboot is required, and LNet waits for the boot that restores the names."""
+    node = NODES[GPU]
+    sb = sandbox(tmp_path, GPU)
+    for r in node.rails:
+        sb.path(f"/etc/systemd/network/10-gpu-cluster-ib{r.index}.link").write_text(
+            f"[Match]\nPath=pci-{DGX_H100_HCAS[r.hca]}\n[Link]\nName=ib{r.index}\n")
+    sb.reboot()
+    assert sb.netdev(node.rails[0].hca) == "ib0"
+    run = ok(sb.run(script(GPU, "prepare-host.sh")))
+    assert not list(sb.path("/etc/systemd/network").glob("*.link"))
+    assert run.count("update-initramfs", "-u") == 1  # the initramfs carries .link files too
+    assert sb.path("/var/lib/gpu-cluster/reboot.pending").exists()
+    assert not run.find("lnetctl", "import") and "until the planned reboot" in run.stdout
+    sb.reboot()
+    assert [sb.netdev(r.hca) for r in node.rails] == [r.netdev for r in node.rails]
 
 
 def test_a_gpu_node_without_nvme_still_gets_the_gpu_steps(tmp_path: Path) -> None:
@@ -274,7 +313,7 @@ def test_a_gpu_node_without_nvme_still_gets_the_gpu_steps(tmp_path: Path) -> Non
     assert first.count("update-grub") == 1 and first.count("update-initramfs", "-u") == 1
     assert not first.find("mdadm") and not first.find("mkfs.xfs") and not first.find("mount")
     assert sb.path("/etc/lnet.conf").exists()
-    assert len(list(sb.path("/etc/systemd/network").glob("*.link"))) == len(node.rails)
+    assert not list(sb.path("/etc/systemd/network").glob("*.link"))
 
 
 def test_variables_are_rendered_unindented() -> None:

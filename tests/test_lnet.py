@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, prod_raw
-from sandbox import Run, Sandbox, dgx_h100, unavailable
+from sandbox import DGX_H100_HCAS, DGX_H100_RAIL_NETDEVS, Run, Sandbox, dgx_h100, unavailable
 
 from components.config import CLUSTER_KEY, ConfigError, validate_cluster
 from components.planning import host_scripts, lnet
-from components.planning.platform import rail_netdev
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def test_lnet_conf_is_one_o2ib_net_over_every_rail(prod):
     # Multi-rail: one local NI per rail, by the stable IPoIB names, parents (no P_Key child:
     # the data path P_Key is at index 0, docs/fabric.md).
     assert [ni["interfaces"] for ni in net["local NI(s)"]] == [
-        {0: rail_netdev(r.index)} for r in node.rails]
+        {0: name} for name in DGX_H100_RAIL_NETDEVS]
     assert doc["global"] == {"discovery": 1}
 
 
@@ -57,7 +56,7 @@ def test_rail_addresses_are_deterministic_disjoint_and_clear_of_the_servers(prod
     for node in prod.nodes:
         addrs = lnet.rail_addresses(prod, node)
         assert addrs == lnet.rail_addresses(prod, node)
-        assert [a.netdev for a in addrs] == [rail_netdev(r.index) for r in node.rails]
+        assert [a.netdev for a in addrs] == [r.netdev for r in node.rails]
         for a in addrs:
             assert a.address in la.client_range and a.address in la.cidr
             assert a.prefixlen == la.cidr.prefixlen and a.address not in mgs
@@ -72,7 +71,7 @@ def test_multi_rail_sysctls_and_a_routing_table_per_rail(prod):
     node = prod.nodes[0]
     lines = lnet.sysctls(prod, node).splitlines()
     for r in node.rails:
-        dev = rail_netdev(r.index)
+        dev = r.netdev
         assert {f"net.ipv4.conf.{dev}.arp_ignore = 1", f"net.ipv4.conf.{dev}.arp_announce = 2",
                 f"net.ipv4.conf.{dev}.rp_filter = 2"} <= set(lines)
     plan = yaml.safe_load(lnet.netplan(prod, node))["network"]
@@ -172,13 +171,10 @@ needs_sandbox = pytest.mark.skipif(unavailable() is not None, reason=unavailable
 
 
 def gpu_host(tmp_path: Path, cluster) -> tuple[Sandbox, str]:
-    """A DGX whose rails already have their ib<r> names (after the renaming reboot)."""
+    """A DGX H100 on DGX OS: its rails under the names DGX OS gives them."""
     node = cluster.nodes[0]
-    sb = Sandbox(tmp_path / node.hostname, node.hostname,
-                 {r.hca: f"0000:{0x18 + 0x10 * r.index:02x}:00.0" for r in node.rails})
+    sb = Sandbox(tmp_path / node.hostname, node.hostname, DGX_H100_HCAS)
     dgx_h100(sb, data_array=False)
-    for r in node.rails:
-        sb.path(f"/sys/class/net/{rail_netdev(r.index)}").mkdir(parents=True)
     return sb, host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
 
 

@@ -18,7 +18,11 @@ KEY = "gpu-cluster:cluster"
 
 # Every resource that exists because of one GPU node (named by its hostname).
 NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-bmc", "{h}-join-token", "{h}-kubeadm-join",
-                  "{h}-member", "{h}-placement")
+                  "{h}-member", "{h}-placement", "{h}-reboot-check", "{h}-reboot-drain",
+                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon")
+REBOOT_CHAIN = ("{h}-reboot-check", "{h}-reboot-drain", "{h}-reboot", "{h}-reboot-wait",
+                "{h}-reboot-uncordon")
+GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
 
 
 def edit_stack(project: Path, change: Callable[[dict[str, Any]], None]) -> None:
@@ -141,3 +145,31 @@ def test_adding_a_worker_touches_only_it_and_the_shared_resources(project: Path)
         f'+interface ib 1/{16 * k + 8} description "gpu-node-07 rail {6 + k} ({hca}) '
         '[optical cross-rack]"'
         for k, hca in enumerate(("mlx5_10", "mlx5_11"))]
+
+
+def test_a_new_kernel_argument_reboots_every_gpu_node_one_at_a_time(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, lambda c: c["gpuNodes"]["template"].__setitem__(
+        "kernelArgs", ["iommu=pt", "init_on_alloc=0"]))
+    diff, text = preview(project)
+    assert names(diff, "update") == {f"{h}-prepare" for h in GPU_NODES}
+    assert names(diff, "replace") == {n.format(h=h) for h in GPU_NODES for n in REBOOT_CHAIN}
+    assert not names(diff, "create") | names(diff, "delete")
+    prepare = next(c for c in diff if c["name"] == "gpu-node-03-prepare")
+    assert any("init_on_alloc=0" in line for line in prepare["textDiffs"]["stdin"])
+    runbook = text[text.index("Hardware-change runbook"):]
+    assert "planned reboot of gpu-node-00, gpu-node-01" in runbook
+    assert "one member is out at a time" in runbook and "drain" in runbook
+    assert "applied in place" not in runbook
+
+
+def test_a_change_without_a_boot_setting_reboots_nothing(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, lambda c: c["storage"]["lustreClient"].__setitem__(
+        "version", "2.15.8-1"))
+    diff, text = preview(project)
+    assert names(diff, "update") == {f"{h}-prepare" for h in GPU_NODES}
+    assert not names(diff, "replace") | names(diff, "create") | names(diff, "delete")
+    runbook = text[text.index("Hardware-change runbook"):]
+    assert "planned reboot" not in runbook
+    assert "host preparation changes on gpu-node-05: applied in place" in runbook

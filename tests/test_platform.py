@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import prod_raw
+from sandbox import DGX_H100_RAIL_NETDEVS
 
 from components.config import Cluster, ConfigError, validate_cluster
 from components.planning import platform
@@ -239,8 +240,8 @@ def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
     assert len(config) == 1
     resource = f"{config[0]['resourcePrefix']}/{config[0]['resourceName']}"
     assert resource == "rdma/ib" == platform.rdma_resource(c)
-    # The compute HCAs of the 8 rails, by their stable IPoIB names, and only those.
-    assert config[0]["selectors"]["ifNames"] == [f"ib{r}" for r in range(8)]
+    # The compute HCAs of the 8 rails, by the names DGX OS gives them, and only those.
+    assert config[0]["selectors"]["ifNames"] == list(DGX_H100_RAIL_NETDEVS)
     assert config[0]["selectors"]["linkTypes"] == ["infiniband"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
         spec["tolerations"])
@@ -253,7 +254,7 @@ def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
     nads = {n["metadata"]["namespace"]: n for n in of_kind(build, "NetworkAttachmentDefinition")}
     for nad in nads.values():
         cni = json.loads(nad["spec"]["config"])
-        assert cni["type"] == "ipoib" and cni["master"] == "ib0"
+        assert cni["type"] == "ipoib" and cni["master"] == "ibp24s0"  # rail 0, mlx5_0
         assert cni["ipam"] == {"type": "nv-ipam", "poolName": pool["metadata"]["name"]}
         assert nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] == resource
     # Every pod that asks for the attachment finds it in its namespace, requests the RDMA

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from sandbox import (
     DGX_DATA_NAMES,
+    DGX_H100_HCAS,
     DgxStorage,
     Run,
     Sandbox,
@@ -39,13 +40,9 @@ NODE = CLUSTER.nodes[0]
 WRITES_TO_DRIVES = ("mdadm", "mkfs.xfs", "mkfs.ext4", "wipefs", "mount", "umount")
 
 
-def pci(rail: int) -> str:
-    return f"0000:{0x18 + 0x10 * rail:02x}:00.0"
-
-
 def host(tmp_path: Path, **layout) -> tuple[Sandbox, DgxStorage]:
     sb = Sandbox(tmp_path / NODE.hostname, NODE.hostname,
-                 {r.hca: pci(r.index) for r in NODE.rails})
+                 DGX_H100_HCAS)
     storage = dgx_h100(sb, **layout)
     sb.run(":\n")  # bubblewrap's own mount points exist before the first snapshot
     return sb, storage

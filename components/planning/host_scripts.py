@@ -10,6 +10,7 @@ from __future__ import annotations
 from textwrap import dedent
 
 from components.config import Cluster, GpuNode, Host
+from components.planning import reboot
 
 HEADER = """\
 #!/usr/bin/env bash
@@ -91,14 +92,16 @@ systemctl is-enabled --quiet kubelet || systemctl enable kubelet
 
 GPU_STEPS = r"""
 # --- kernel command line: IOMMU pass-through for GPUDirect RDMA peer-to-peer DMA ------------
-if ! grep -q 'iommu=pt' /proc/cmdline; then
-  if [ ! -f /etc/default/grub.d/90-gpu-cluster.cfg ]; then
-    mkdir -p /etc/default/grub.d
-    printf 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' "$KERNEL_ARGS" \
-      > /etc/default/grub.d/90-gpu-cluster.cfg
-    mark grub
-    log "kernel arguments staged; they apply at the next planned reboot (drain first)"
-  fi
+# Staged here; the planned reboot that follows host preparation applies it (docs/hosts.md,
+# "Planned reboots"), and the check after it confirms /proc/cmdline.
+mkdir -p /etc/default/grub.d
+grub_file=/etc/default/grub.d/90-gpu-cluster.cfg
+grub_had=0; if [ -f "$grub_file" ]; then grub_had=1; fi
+if write_if_changed "$grub_file" \
+    "GRUB_CMDLINE_LINUX_DEFAULT=\"\$GRUB_CMDLINE_LINUX_DEFAULT $KERNEL_ARGS\""; then
+  mark grub
+  # A missing argument is seen in /proc/cmdline; a changed or dropped one only by the file.
+  if [ "$grub_had" = 1 ]; then mark reboot; fi
 fi
 settle grub update-grub
 
@@ -109,31 +112,41 @@ fi
 if [ "$GPU_DRIVER" = operator ] && [ -d /sys/module/nouveau ]; then
   log "nouveau is loaded; blacklisting it for the operator-managed driver"
 fi
-if write_if_changed /etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf 'blacklist nouveau
-options nouveau modeset=0'; then
+if write_if_changed /etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf "$NOUVEAU_BLACKLIST"; then
   mark initramfs
+  if [ -d /sys/module/nouveau ]; then mark reboot; fi  # it holds the GPUs until the next boot
 fi
-settle initramfs update-initramfs -u
 # GPUDirect RDMA: DMA-BUF needs the open kernel modules and nothing else; nvidia-peermem is only
 # loaded when the platform asks for it (legacy MLNX_OFED stacks).
 if [ "$GPUDIRECT_MODE" = peermem ] && [ "$GPU_DRIVER" = host ] && [ ! -d /sys/module/nvidia_peermem ]; then
   modprobe nvidia-peermem
 fi
 
-# --- stable IPoIB names: rail r's HCA is ib<r> on every node -----------------------------------
-# Pods attach to ib0 (rail 0) and LNet lists ib0..ib7, whatever the kernel enumerated.
+# --- rail interfaces: the names the OS gives them (DGX OS: ibp<bus>s<slot>), never renamed -----
+# Renaming into the kernel's ibN namespace races with the kernel at boot (systemd.link(5));
+# the RDMA device plugin, the pods' attachment and LNet use the names configured per rail.
+for legacy in /etc/systemd/network/10-gpu-cluster-ib*.link; do
+  [ -e "$legacy" ] || continue
+  log "removing $legacy (a rename into the kernel's ibN names); the OS's names return at boot"
+  rm -f "$legacy"; mark initramfs; mark reboot; mark rename
+done
+settle initramfs update-initramfs -u  # the blacklist and .link files live in the initramfs too
+read -r -a rail_netdevs <<<"$RAIL_NETDEVS"
 rail=0
 for hca in $RAIL_HCAS; do
+  want="${rail_netdevs[$rail]}"
   if [ ! -e "/sys/class/infiniband/$hca/device" ]; then
     echo "rail $rail: HCA $hca not found under /sys/class/infiniband; check the inventory" >&2
     exit 1
   fi
-  pci="$(basename "$(readlink -f "/sys/class/infiniband/$hca/device")")"
-  if write_if_changed "/etc/systemd/network/10-gpu-cluster-ib$rail.link" "[Match]
-Path=pci-$pci
-[Link]
-Name=ib$rail"; then
-    log "rail $rail: $hca ($pci) is named ib$rail from the next boot"
+  have=""
+  for dev in /sys/class/infiniband/"$hca"/device/net/*; do
+    [ -e "$dev" ] && have="$have ${dev##*/}"
+  done
+  if [ "${have# }" != "$want" ] && [ ! -e "$STATE/rename.pending" ]; then
+    echo "rail $rail: $hca's IPoIB interface is '${have# }', the stack config says $want" >&2
+    echo "  fix: set gpuNodes netdevs[$rail] to what \`ibdev2netdev\` prints for $hca" >&2
+    exit 1
   fi
   rail=$((rail + 1))
 done
@@ -183,8 +196,8 @@ for ifc in $LNET_IFACES; do
   [ -e "/sys/class/net/$ifc" ] || lnet_missing="$lnet_missing $ifc"
 done
 if [ -n "$lnet_missing" ]; then
-  log "LNet: no interface$lnet_missing yet; addresses, sysctls and LNet apply once the rails" \
-    "have their names (after the next planned reboot; lnet.service imports /etc/lnet.conf)"
+  log "LNet: no interface$lnet_missing until the planned reboot, whose boot applies the" \
+    "addresses, sysctls and LNet (netplan, sysctl, lnet.service imports /etc/lnet.conf)"
 else
   settle lnet-addresses netplan apply
   settle lnet-sysctl sysctl -p /etc/sysctl.d/91-gpu-cluster-lnet.conf
@@ -492,14 +505,14 @@ def _lnet_env(cluster: Cluster, node: GpuNode) -> str:
 
 
 def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
-    from components.planning.platform import rail_netdev  # platform imports this module
 
     gpu_op = cluster.platform.gpu_operator
     drives = _data_drive_env(node)
     env = _common_env(cluster) + dedent(
         f"""\
-        KERNEL_ARGS="iommu=pt"
+        KERNEL_ARGS="{' '.join(node.template.kernel_args)}"
         RAIL_HCAS="{' '.join(r.hca for r in node.rails)}"
+        RAIL_NETDEVS="{' '.join(r.netdev for r in node.rails)}"
         GPU_DRIVER="{gpu_op.driver}"
         GPU_DRIVER_BRANCH="{(gpu_op.driver_version or '580.0.0').split('.')[0]}"
         GPUDIRECT_MODE="dmabuf"
@@ -511,10 +524,10 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         SCRATCH_FS="{cluster.storage.scratch.filesystem}"
         SCRATCH_MOUNT="{cluster.storage.scratch.mount_point}"
         LNET_NET="{cluster.storage.lnet_network}"
-        LNET_IFACES="{' '.join(rail_netdev(r.index) for r in node.rails)}"
+        LNET_IFACES="{' '.join(r.netdev for r in node.rails)}"
         LUSTRE_CLIENT_VERSION="{cluster.storage.lustre_client.version}"
         """
-    ) + _lnet_env(cluster, node)
+    ) + f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n" + _lnet_env(cluster, node)
     header = HEADER.format(
         title="Host preparation (GPU node)",
         hostname=node.hostname,

@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from components.planning.platform import rail_netdev
-
 if TYPE_CHECKING:
     from components.config import Cluster, GpuNode
 
@@ -71,7 +69,7 @@ def rail_addresses(cluster: Cluster, node: GpuNode) -> tuple[RailAddress, ...]:
     la = cluster.storage.lnet_addresses
     base = int(la.client_range.network_address)
     size, offset = _block_size(cluster), node_offset(cluster, node)
-    return tuple(RailAddress(r.index, rail_netdev(r.index),
+    return tuple(RailAddress(r.index, r.netdev,
                              ipaddress.IPv4Address(base + r.index * size + offset),
                              la.cidr.prefixlen)
                  for r in node.rails)
@@ -139,7 +137,7 @@ def lnet_document(cluster: Cluster, node: GpuNode) -> dict:
     return {
         "net": [{
             "net type": cluster.storage.lnet_network,
-            "local NI(s)": [{"interfaces": {0: rail_netdev(r.index)}} for r in node.rails],
+            "local NI(s)": [{"interfaces": {0: r.netdev}} for r in node.rails],
         }],
         "global": {"discovery": 1},
     }

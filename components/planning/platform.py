@@ -63,13 +63,18 @@ def rdma_resource(cluster: Cluster) -> str:
     return f"{no.rdma_resource_prefix}/{no.rdma_resource_name}"
 
 
-def rail_netdev(rail: int) -> str:
-    """The IPoIB netdev of rail r on every GPU node (host preparation renames it so)."""
-    return f"ib{rail}"
+def rail_netdevs(cluster: Cluster) -> list[str]:
+    """Every GPU node's rail interfaces (IPoIB, as the OS names them): the template's in rail
+    order, then any other name a node override gives."""
+    names = list(cluster.gpu_nodes.template.netdevs)
+    names += sorted({r.netdev for n in cluster.nodes for r in n.rails} - set(names))
+    return names
 
 
-def rails(cluster: Cluster) -> int:
-    return len(cluster.gpu_nodes.template.hcas)
+def attachment_master(cluster: Cluster) -> str:
+    """Rail 0's interface, the same on every node (the config checks it): the master of the
+    pods' IPoIB attachment."""
+    return cluster.gpu_nodes.template.netdevs[0]
 
 
 def prometheus_url(cluster: Cluster) -> str:
@@ -225,12 +230,12 @@ def nic_cluster_policy(cluster: Cluster) -> dict:
             "resourceName": no.rdma_resource_name,
             "resourcePrefix": no.rdma_resource_prefix,
             "rdmaHcaMax": RDMA_HCA_MAX,
-            # The compute HCAs only (ib0..ib<n-1>, one per rail), not a storage or management
+            # The compute HCAs only (by their rail interfaces), not a storage or management
             # ConnectX on the same host: one pod resource exposes all rails, as NCCL_IB_HCA
             # lists them.
             "selectors": {"vendors": [MELLANOX_VENDOR], "deviceIDs": [CONNECTX7_DEVICE_ID],
                           "linkTypes": ["infiniband"],
-                          "ifNames": [rail_netdev(r) for r in range(rails(cluster))]},
+                          "ifNames": rail_netdevs(cluster)},
         }]
     }
     spec: dict[str, Any] = {
@@ -277,7 +282,7 @@ def nad_config(cluster: Cluster) -> dict:
         "cniVersion": "0.3.1",
         "name": RDMA_NETWORK,
         "type": "ipoib",
-        "master": rail_netdev(0),
+        "master": attachment_master(cluster),
         "ipam": {"type": "nv-ipam", "poolName": RDMA_NETWORK},
     }
 

@@ -1,0 +1,220 @@
+"""Planned reboots of GPU nodes: what `pulumi up` runs when a node's boot settings change.
+
+The scripts run in the sandbox (tests/sandbox.py): a DGX H100-shaped GPU node and a control
+plane whose kubectl stub keeps Nodes and ConfigMaps. A reboot is the sandbox's power cycle: a
+new boot ID, the staged kernel command line in effect, interface names assigned as udev would.
+The wiring (order, triggers, connections) is read from the prod rendering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, prod_cluster, unavailable
+
+from components.config import CLUSTER_KEY
+from components.planning import host_scripts, reboot
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+
+CLUSTER = prod_cluster()
+NODE = CLUSTER.nodes[0]
+HOST = NODE.hostname
+STATE = "/var/lib/gpu-cluster"
+
+
+def ok(run: Run) -> Run:
+    assert run.returncode == 0, run.explain()
+    return run
+
+
+def gpu_node(tmp_path: Path) -> Sandbox:
+    sb = Sandbox(tmp_path / HOST, HOST, DGX_H100_HCAS)
+    dgx_h100(sb, data_array=True)
+    return sb
+
+
+def control_plane(tmp_path: Path, *members: str) -> Sandbox:
+    sb = Sandbox(tmp_path / "mgmt-01", "mgmt-01")
+    sb.path("/etc/kubernetes").mkdir(parents=True)
+    sb.path("/etc/kubernetes/admin.conf").write_text("apiVersion: v1\nkind: Config\n")
+    for m in members:
+        sb.add_node(m)
+    return sb
+
+
+def drain(cp: Sandbox, node: str, verdict: str) -> Run:
+    """The drain as `pulumi up` runs it: the script with the check's verdict as argument."""
+    return cp.run(f"set -- {verdict}\n" + reboot.drain_script(node))
+
+
+def lock(cp: Sandbox) -> dict[str, str] | None:
+    d = cp.state / "cluster/configmaps" / reboot.LOCK
+    return {p.name: p.read_text() for p in d.iterdir()} if d.is_dir() else None
+
+
+def node_verbs(cp: Sandbox, node: str) -> list[str]:
+    return (cp.state / "cluster/nodes" / node).read_text().split()
+
+
+def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> None:
+    node, cp = gpu_node(tmp_path), control_plane(tmp_path, HOST)
+    ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
+    # DGX OS boots without iommu=pt: the check says so, in the line the drain acts on.
+    check = ok(node.run(reboot.check_script(NODE)))
+    assert f"{reboot.REBOOT_REQUIRED} kernel-argument:iommu=pt" in check.stdout
+    assert check.changes == []
+
+    ok(drain(cp, HOST, "reboot"))
+    assert lock(cp) == {"holder": HOST, "cordoned": "false"}
+    assert node_verbs(cp, HOST) == ["drain"]
+
+    restart = ok(node.run(reboot.reboot_script(NODE)))
+    assert restart.find("shutdown") == [(
+        "shutdown", "-r", "+1", "gpu-cluster: planned reboot: kernel-argument:iommu=pt")]
+    assert node.path("/run/nologin").exists()  # new logins wait for the boot
+
+    # Reached before the host went down (a root login passes nologin): it must not pass.
+    early = node.run(reboot.after_boot_script(NODE))
+    assert early.returncode == 1 and "the planned reboot has not happened" in early.stderr
+
+    node.reboot()
+    after = ok(node.run(reboot.after_boot_script(NODE)))
+    assert "kernel arguments and rail interfaces as configured" in after.stdout
+    assert " iommu=pt" in node.cmdline.read_text()
+    assert not node.path(f"{STATE}/reboot.pending").exists()
+
+    ok(cp.run(reboot.uncordon_script(HOST)))
+    assert node_verbs(cp, HOST) == ["drain", "uncordon"] and lock(cp) is None
+
+    # Nothing left to apply: a second pass changes nothing anywhere.
+    again = ok(node.run(reboot.check_script(NODE)))
+    assert reboot.REBOOT_REQUIRED not in again.stdout
+    assert ok(drain(cp, HOST, "none")).changes == []
+    assert ok(node.run(reboot.reboot_script(NODE))).changes == []
+    assert ok(cp.run(reboot.uncordon_script(HOST))).changes == []
+    assert node_verbs(cp, HOST) == ["drain", "uncordon"]
+
+
+def test_one_member_at_a_time(tmp_path: Path) -> None:
+    """A second member waits for the lock and, when the first never finishes, stops with the
+    holder's name and the fix, undrained."""
+    cp = control_plane(tmp_path, "gpu-node-00", "gpu-node-01")
+    ok(drain(cp, "gpu-node-00", "reboot"))
+    blocked = drain(cp, "gpu-node-01", "reboot")
+    assert blocked.returncode == 1
+    assert f"held by gpu-node-00 after {reboot.LOCK_WAIT_S} s" in blocked.stderr
+    assert f"kubectl -n kube-system delete configmap {reboot.LOCK}" in blocked.stderr
+    assert blocked.find("kubectl", "drain") == [] and node_verbs(cp, "gpu-node-01") == []
+    # Once the first is back, the second goes.
+    ok(cp.run(reboot.uncordon_script("gpu-node-00")))
+    ok(drain(cp, "gpu-node-01", "reboot"))
+    assert lock(cp) == {"holder": "gpu-node-01", "cordoned": "false"}
+    # The holder re-entering (a retried `pulumi up`) does not wait for itself.
+    ok(drain(cp, "gpu-node-01", "reboot"))
+
+
+def test_a_node_cordoned_for_repair_stays_cordoned(tmp_path: Path) -> None:
+    cp = control_plane(tmp_path, HOST)
+    (cp.state / "cluster/nodes" / HOST).write_text("cordon\n")
+    ok(drain(cp, HOST, "reboot"))
+    assert lock(cp) == {"holder": HOST, "cordoned": "true"}
+    run = ok(cp.run(reboot.uncordon_script(HOST)))
+    assert "stays cordoned" in run.stdout and run.find("kubectl", "uncordon") == []
+    assert lock(cp) is None
+
+
+def test_first_bring_up_reboots_without_drain_or_lock(tmp_path: Path) -> None:
+    cp = control_plane(tmp_path)  # the node has not joined
+    run = ok(drain(cp, HOST, "reboot"))
+    assert "not a cluster member yet" in run.stdout
+    assert run.changes == [] and lock(cp) is None
+
+
+def test_an_unreachable_api_server_stops_the_drain(tmp_path: Path) -> None:
+    cp = control_plane(tmp_path, HOST)
+    cp.api_down()
+    run = drain(cp, HOST, "reboot")
+    assert run.returncode != 0 and run.changes == []
+
+
+def test_the_boot_must_bring_every_rail_interface(tmp_path: Path) -> None:
+    node = gpu_node(tmp_path)
+    rails = (*NODE.rails[:-1], dataclasses.replace(NODE.rails[-1], netdev="ibp221s0"))
+    run = node.run(reboot.after_boot_script(dataclasses.replace(NODE, rails=rails)))
+    assert run.returncode == 1 and "no rail interface ibp221s0" in run.stderr
+
+
+# --- the wiring in the prod rendering -----------------------------------------------------------
+CHAIN = ("reboot-check", "reboot-drain", "reboot", "reboot-wait", "reboot-uncordon")
+
+
+@pytest.fixture(scope="module")
+def commands(build: Path) -> dict[str, dict]:
+    """name -> every command:remote:Command of the prod rendering (build/prod/plan.json)."""
+    plan = json.loads((build / "plan.json").read_text())
+    return {r["name"]: r for r in plan["resources"] if r["type"] == "command:remote:Command"}
+
+
+def test_each_step_waits_for_the_one_before_and_the_join_for_the_boot(commands) -> None:
+    cp_host = str(CLUSTER.control_plane[0].management_ip)
+    for node in CLUSTER.nodes:
+        h = node.hostname
+        steps = [commands[f"{h}-{s}"] for s in CHAIN]
+        previous = commands[f"{h}-prepare"]
+        for step in steps:
+            assert previous["urn"] in step["options"]["dependsOn"], step["name"]
+            previous = step
+        assert commands[f"{h}-reboot-wait"]["urn"] in \
+            commands[f"{h}-kubeadm-join"]["options"]["dependsOn"]
+        # Drain and uncordon on the control plane, the rest on the node.
+        hosts = [s["inputs"]["connection"]["host"] for s in steps]
+        assert hosts == [str(node.management_ip), cp_host, str(node.management_ip),
+                         str(node.management_ip), cp_host]
+        # Every step re-runs when the boot settings change (triggers force a replacement).
+        for step in steps:
+            assert step["inputs"]["triggers"][0] == reboot.boot_fingerprint(node)
+            assert "triggers[*]" in step["options"]["replaceOnChanges"]
+            assert "delete" not in step["inputs"]
+    # The check after the boot keeps dialling while the host is down; the others do not.
+    assert commands[f"{HOST}-reboot-wait"]["inputs"]["connection"]["dialErrorLimit"] \
+        == reboot.BOOT_WAIT_DIALS >= 240
+    assert commands[f"{HOST}-reboot"]["inputs"]["connection"]["dialErrorLimit"] == 20
+
+
+def test_the_fingerprint_follows_the_kernel_command_line_only() -> None:
+    def node(**template) -> object:
+        return dataclasses.replace(NODE, template=NODE.template.model_copy(update=template))
+
+    base = reboot.boot_fingerprint(NODE)
+    assert reboot.boot_fingerprint(node(memory_gib=1024)) == base
+    assert reboot.boot_fingerprint(node(kernel_args=("iommu=pt", "init_on_alloc=0"))) != base
+
+
+def test_an_argument_added_or_dropped_needs_a_boot_and_an_unchanged_one_does_not(
+        tmp_path: Path) -> None:
+    def with_args(*args: str):
+        return dataclasses.replace(NODE, template=NODE.template.model_copy(
+            update={"kernel_args": args}))
+
+    node = gpu_node(tmp_path)
+    node.cmdline.write_text(node.cmdline.read_text().rstrip("\n") + " iommu=pt\n")
+    ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
+    # DGX OS already booted with iommu=pt: staging it again needs no boot.
+    assert reboot.REBOOT_REQUIRED not in ok(node.run(reboot.check_script(NODE))).stdout
+
+    added = with_args("iommu=pt", "init_on_alloc=0")
+    ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, added, CLUSTER_KEY)))
+    check = ok(node.run(reboot.check_script(added))).stdout
+    assert "kernel-argument:init_on_alloc=0" in check
+    ok(node.run(reboot.reboot_script(added)))
+    node.reboot()
+    ok(node.run(reboot.after_boot_script(added)))
+
+    # Dropped again: /proc/cmdline still has it, only the changed file says a boot is due.
+    ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
+    check = ok(node.run(reboot.check_script(NODE))).stdout
+    assert f"{reboot.REBOOT_REQUIRED} staged-boot-changes" in check
