@@ -474,3 +474,18 @@ def test_calico_finds_each_node_on_the_management_network(raw) -> None:  # noqa:
     detect = calico.values["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]
     assert detect == {"cidrs": [raw["network"]["managementCidr"]]}
     assert all(n.management_ip in prod().network.management_cidr for n in prod().nodes)
+
+
+def test_every_accepted_network_operator_release_renders() -> None:
+    """A release the config accepts (compat.NETWORK_OPERATOR_K8S) must render, pinned to its own
+    images, never crash the preview for want of an image-table entry."""
+    from components.planning.compat import NETWORK_OPERATOR_K8S
+
+    assert set(NETWORK_OPERATOR_K8S) == set(platform.NETWORK_OPERATOR_IMAGES)
+    for release in NETWORK_OPERATOR_K8S:
+        raw = prod_raw()
+        raw["platform"]["networkOperator"]["version"] = release
+        raw["platform"]["gpuOperator"]["gpudirectRdma"] = False  # 26.4.0 x v26.3.2: no RDMA
+        raw["workloads"]["ncclTest"]["gate"] = False
+        spec = platform.nic_cluster_policy(validate_cluster(raw, REPO))["spec"]
+        assert spec["rdmaSharedDevicePlugin"]["version"] == f"network-operator-v{release}"

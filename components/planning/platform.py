@@ -19,13 +19,18 @@ from components.planning.fabric.model import FabricPlan
 from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
 from components.planning.release_placement import with_placement
 
-# Images the Network Operator release deploys: component tags from its chart values
-# (network-operator-v26.4.1) and the DOCA-OFED driver container of the 26.4 platform-support
-# page (docs.nvidia.com/networking/display/kubernetes2640/platform-support.html).
+# Images each Network Operator release deploys: component tags from its chart values
+# (network-operator-v<release>) and the DOCA-OFED driver container of the release's container
+# image list (docs.nvidia.com/networking/display/kubernetes2640/platform-support.html). Every
+# release components/planning/compat.py accepts has an entry (tests/test_platform.py).
 NETWORK_OPERATOR_IMAGES: dict[str, dict[str, str]] = {
+    "26.4.0": {
+        "repository": "nvcr.io/nvidia/mellanox",
+        "doca_driver": "doca3.4.0-26.04-0.8.6.0-0",
+        "components": "network-operator-v26.4.0",
+    },
     "26.4.1": {
         "repository": "nvcr.io/nvidia/mellanox",
-        # The release's container image list (26.4.0 shipped doca3.4.0-26.04-0.8.6.0-0).
         "doca_driver": "doca3.4.1-26.04-1.1.0.0-1",
         "components": "network-operator-v26.4.1",
     },
