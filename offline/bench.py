@@ -44,36 +44,38 @@ def _bump(ip: str, su_index: int) -> str:
 
 
 def sm_slots(cluster: dict[str, Any]) -> int:
-    """Slots left free in a full last SU for the subnet-manager hosts (one per host; the
-    planner needs one slot for all of them, on different leaves)."""
-    return len((cluster.get("fabric") or {}).get("subnetManagers") or [])
+    """Slots SU 1 keeps for the subnet-manager hosts: one for all of them (on different
+    leaves), the planner's convention (DGX SuperPOD: 31 nodes and the UFM slot)."""
+    return 1 if (cluster.get("fabric") or {}).get("subnetManagers") else 0
 
 
 def scale_gpu_nodes(
-    stack_doc: dict[str, Any], slots: int, su_size: int = SU_SIZE, free_slots: int | None = None
+    stack_doc: dict[str, Any], slots: int, su_size: int = SU_SIZE, free_slots: int = 0
 ) -> dict[str, Any]:
     """A copy of a `Pulumi.<stack>.yaml` document filling `slots` GPU node slots.
 
-    ceil(slots / su_size) ranges of up to su_size nodes, `su` 1..k, each SU with its own /24 of
-    management and BMC addresses; every other field of the first range is kept. When the last SU
-    is full, `free_slots` of it stay empty (default: one per subnet-manager host, the DGX
-    SuperPOD convention of 4 SUs = 127 nodes + UFM; a full fabric has no port left for them).
-    Keys that name individual nodes (`gpuNodes.overrides`, `inventoryFile`) are dropped so
-    per-node facts fall back to placeholders. Adjust here when the config schema changes.
+    SUs 1..ceil(slots / su_size), each a range with its own /24 of management and BMC
+    addresses; every other field of the first range is kept. When SU 1 is full, its last slot
+    stays empty for the subnet-manager hosts (`sm_slots`), and `free_slots` of the last SU stay
+    empty (room to grow). Keys that name individual nodes (`gpuNodes.overrides`,
+    `inventoryFile`) are dropped so per-node facts fall back to placeholders. Adjust here when
+    the config schema changes.
     """
     doc = copy.deepcopy(stack_doc)
     cluster = doc["config"][CLUSTER_KEY]
     gpu = cluster["gpuNodes"]
-    if free_slots is None:
-        free_slots = sm_slots(cluster) if slots % su_size == 0 else 0
-    nodes = slots - free_slots
+    reserve = sm_slots(cluster) if slots >= su_size else 0
+    nodes = slots - free_slots - reserve
+    counts = [min(su_size - reserve, nodes)]
+    while sum(counts) < nodes:
+        counts.append(min(su_size, nodes - sum(counts)))
     first = dict(gpu["ranges"][0])
     start = int(first.get("start", 0))
-    digits = max(int(first.get("digits", 2)), len(str(start + nodes - 1)))
+    last = start + (len(counts) - 1) * su_size + counts[-1] - 1  # the highest node number
+    digits = max(int(first.get("digits", 2)), len(str(last)))
     per_rack = int(first.get("nodesPerRack", 4))
     ranges = []
-    for k in range(math.ceil(nodes / su_size)):
-        count = min(su_size, nodes - k * su_size)
+    for k, count in enumerate(counts):
         r = dict(first)
         r.update(start=start + k * su_size, count=count, su=k + 1)
         if digits != 2 or "digits" in first:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .diff import diff_json, format_diff
+from .impact import impact
 from .model import layer_order
 from .policy import LEVEL_ORDER
 from .preview import (
@@ -86,13 +87,18 @@ def cmd_preview(args: argparse.Namespace) -> int:
     diff, current = diff_against_rendered(project, args.stack, r)
     # The same diff as data, for tools (and tests) that act on what a change touches.
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
-    steps = runbook(diff, args.stack, {d["urn"]: d.get("inputs") or {}
-                                       for d in r.rendered_docs.values()})
+    new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
+    steps = runbook(diff, args.stack, new_inputs)
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
+    verdict = impact(diff, new_inputs)
+    (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
     label = f"rendered/{args.stack}"
     if args.render:
         n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
         print(f"rendered/{args.stack}: {len(r.rendered)} files, {n} written or removed")
+    # What the change does to hardware and running work comes first.
+    for line in verdict:
+        print(line)
     _print_summary(r, args.quiet)
     for line in r.report:
         print(line)

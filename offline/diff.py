@@ -192,6 +192,8 @@ class Change:
     replace_because: list[str] = field(default_factory=list)
     # path -> changed lines ("-old", "+new") for multi-line text such as host scripts
     text_diffs: dict[str, list[str]] = field(default_factory=dict)
+    # A deleted resource's inputs, for readers of what goes (a retired switch's port map)
+    old_inputs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def physical(self) -> bool:
@@ -209,7 +211,7 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     if old is None:
         return Change("create", urn, type_, name, layer)
     if new is None:
-        return Change("delete", urn, type_, name, layer)
+        return Change("delete", urn, type_, name, layer, old_inputs=old.get("inputs") or {})
     paths = changed_paths(old.get("inputs") or {}, new.get("inputs") or {})
     # A change of dependencies alone is not an update: the engine diffs inputs and the
     # resource options it acts on, and a component's dependents list all its children.

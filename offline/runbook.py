@@ -55,9 +55,9 @@ def cable_moves(changes: Iterable[Change],
         switch = _switch(ch)
         if switch is None:
             continue
-        if ch.action == "delete":
-            continue  # a whole switch leaves: listed under switches
         lines = ch.text_diffs.get("stdin", [])
+        if ch.action == "delete":  # a retired switch: every cable on it is pulled
+            lines = ["-" + line for line in str(ch.old_inputs.get("stdin", "")).splitlines()]
         if ch.action == "create" and new_inputs and ch.urn in new_inputs:
             lines = ["+" + line for line in str(new_inputs[ch.urn].get("stdin", "")).splitlines()]
         ports: dict[int, dict[str, tuple[str, str | None]]] = {}
@@ -182,6 +182,72 @@ def _sm_step(changes: Iterable[Change], sms: list[str],
     return text + ("" if master and standbys else " (maintenance window)")
 
 
+@dataclass(frozen=True)
+class Cabling:
+    """A diff's cable work: cables moved between ports (same peer), pulled, plugged, and
+    ports whose peer changes (re-cabled)."""
+
+    moved: list[tuple[CableMove, CableMove]]  # (where it is pulled, where it is plugged)
+    pulled: list[CableMove]
+    plugged: list[CableMove]
+    recabled: list[CableMove]
+
+    @property
+    def existing_links_moved(self) -> int:
+        return len(self.moved) + len(self.recabled)
+
+
+def cabling(moves: list[CableMove]) -> Cabling:
+    """A peer unplugged from one port and plugged into another is one cable moving."""
+    pulled = {mv.old: mv for mv in moves if mv.old and not mv.new}
+    plugged = {mv.new: mv for mv in moves if mv.new and not mv.old}
+    moved = sorted(set(pulled) & set(plugged))
+    return Cabling(
+        moved=[(pulled[p], plugged[p]) for p in moved],
+        pulled=[mv for mv in moves if mv.old and not mv.new and mv.old not in moved],
+        plugged=[mv for mv in moves if mv.new and not mv.old and mv.new not in moved],
+        recabled=[mv for mv in moves if mv.old and mv.new])
+
+
+def _cabling_steps(moves: list[CableMove], switches: Mapping[str, str]) -> list[str]:
+    """New switches racked and powered before anything is plugged into them; retired links
+    pulled first (freeing ports), then moves, re-cables and new links; a retired switch goes
+    once its cables are out."""
+    work = cabling(moves)
+    steps = [f"rack and power new switch {sw} (before any cable is plugged into it)"
+             for sw, action in sorted(switches.items()) if action == "create"]
+    steps += [f"pull   {mv.switch} port {mv.port} <-> {mv.old}  [{mv.old_cable}]"
+              for mv in work.pulled]
+    steps += [f"move   {a.old}: {a.switch} port {a.port} -> {b.switch} port {b.port}  "
+              f"[{b.new_cable}]" for a, b in work.moved]
+    steps += [f"re-cable {mv.switch} port {mv.port}: {mv.old} [{mv.old_cable}] -> {mv.new} "
+              f"[{mv.new_cable}]" for mv in work.recabled]
+    steps += [f"plug   {mv.switch} port {mv.port} <-> {mv.new}  [{mv.new_cable}]"
+              for mv in work.plugged]
+    steps += [f"retire switch {sw} (its cables are out)"
+              for sw, action in sorted(switches.items()) if action == "delete"]
+    return steps
+
+
+def _sm_cable_steps(moves: list[CableMove],
+                    new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Subnet-manager hosts whose cable moves: not Kubernetes nodes (nothing to drain), but the
+    fabric's master or standby; the standby's cable first, the master's last."""
+    scripts = {h: str(inputs.get("stdin", "")) for urn, inputs in (new_inputs or {}).items()
+               if (h := _suffix(urn.rpartition("::")[2], "-opensm")) is not None}
+    peers = {m.split(" ")[0] for mv in moves for m in (mv.old, mv.new) if m}
+    master = {h for h, text in scripts.items() if "not MASTER;" in text}
+    steps = []
+    for h in sorted(peers & set(scripts), key=lambda h: (h in master, h)):
+        role = "master" if h in master else "standby"
+        then = ("move it last, once the standby is back in STANDBY (sminfo): the standby takes "
+                "over while it is unplugged" if h in master else
+                "move it first, and check `sminfo` shows it STANDBY again before the master's")
+        steps.append(f"{h}'s cable moves: it runs the {role} subnet manager (not a Kubernetes "
+                     f"node, nothing to drain); {then}")
+    return steps
+
+
 def _reboot_step(hosts: list[str]) -> str:
     """GPU nodes whose boot settings change (the `<host>-reboot` chain is re-created)."""
     which = ", ".join(hosts) if len(hosts) <= 12 else _span(hosts)
@@ -197,6 +263,38 @@ def _reboot_step(hosts: list[str]) -> str:
         "maintenance window")
 
 
+def switch_changes(changes: Iterable[Change]) -> dict[str, str]:
+    """switch -> the action on its port map (create: a new switch, delete: a retired one)."""
+    return {sw: c.action for c in changes if (sw := _switch(c)) is not None}
+
+
+def _members(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
+    """Hosts that are Kubernetes nodes in the new rendering (they have a `<host>-member`)."""
+    return {h for urn in new_inputs or {}
+            if (h := _suffix(urn.rpartition("::")[2], "-member")) is not None}
+
+
+def drained_hosts(changes: Iterable[Change],
+                  new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Cluster members drained by hand because their cables move, and members leaving. Hosts
+    that are not Kubernetes nodes (the subnet-manager hosts) are never drained."""
+    changes = list(changes)
+    leaving = _hosts(changes, "-member", "delete")
+    joining = _hosts(changes, "-kubeadm-join", "create")
+    members = _members(new_inputs)
+    peers = {m.split(" ")[0] for mv in cable_moves(changes, new_inputs)
+             for m in (mv.old, mv.new) if m}
+    return sorted(set(leaving) | ({h for h in peers if h in members} - set(joining)))
+
+
+def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
+    """GPU nodes already in the stack whose planned-reboot chain is re-created."""
+    changes = list(changes)
+    joining = set(_hosts(changes, "-kubeadm-join", "create"))
+    return sorted(h for h in _hosts(changes, "-reboot", "create")
+                  + _hosts(changes, "-reboot", "replace") if h not in joining)
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -206,7 +304,7 @@ def runbook(diff: Diff, stack: str = "prod",
     moves = cable_moves(changes, new_inputs)
     sms = sorted(h for c in changes if c.action in ("update", "create")
                  if (h := _suffix(c.name, "-opensm")) is not None)
-    switches = {sw: c.action for c in changes if (sw := _switch(c)) is not None}
+    switches = switch_changes(changes)
     prepared = _hosts(changes, "-prepare", "update")
     operators = [c.name for name in OPERATOR_ORDER for c in changes
                  if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
@@ -228,9 +326,7 @@ def runbook(diff: Diff, stack: str = "prod",
 
     steps: list[str] = []
     # Nodes whose cables move but who stay in the cluster are drained by hand first.
-    recabled = sorted({m.split(" ")[0] for mv in moves for m in (mv.old, mv.new)
-                       if m and not m.startswith(("leaf-", "spine-", "core-"))}
-                      - set(leaving) - set(joining))
+    recabled = [h for h in drained_hosts(changes, new_inputs) if h not in leaving]
     for host in leaving:
         steps.append(f"cordon and drain {host} (first deletion of `pulumi up`: "
                      f"kubectl cordon/drain on the control plane)")
@@ -238,37 +334,15 @@ def runbook(diff: Diff, stack: str = "prod",
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
                      f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
-    rebooted = [h for h in _hosts(changes, "-reboot", "create")
-                + _hosts(changes, "-reboot", "replace") if h not in joining]
+    rebooted = rebooted_hosts(changes)
     if rebooted:
         steps.append(_reboot_step(sorted(rebooted)))
     for host in prepared:
         if host not in joining and host not in leaving and host not in rebooted:
             steps.append(f"host preparation changes on {host}: applied in place by `pulumi up`; "
                          "its boot settings are unchanged, so no reboot and no drain")
-    # A peer unplugged from one port and plugged into another is one cable moving.
-    pulled = {mv.old: mv for mv in moves if mv.old and not mv.new}
-    plugged = {mv.new: mv for mv in moves if mv.new and not mv.old}
-    moved = sorted(set(pulled) & set(plugged))
-    for peer in moved:
-        a, b = pulled[peer], plugged[peer]
-        steps.append(f"move   {peer}: {a.switch} port {a.port} -> {b.switch} port {b.port}  "
-                     f"[{b.new_cable}]")
-    for mv in moves:
-        where = f"{mv.switch} port {mv.port}"
-        if (mv.old in moved and not mv.new) or (mv.new in moved and not mv.old):
-            continue
-        if mv.old and not mv.new:
-            steps.append(f"pull   {where} <-> {mv.old}  [{mv.old_cable}]")
-        elif mv.new and not mv.old:
-            steps.append(f"plug   {where} <-> {mv.new}  [{mv.new_cable}]")
-        else:
-            steps.append(f"re-cable {where}: {mv.old} [{mv.old_cable}] -> {mv.new} "
-                         f"[{mv.new_cable}]")
-    for sw, action in sorted(switches.items()):
-        if action in ("create", "delete"):
-            verb = "rack and cable new switch" if action == "create" else "retire switch"
-            steps.append(f"{verb} {sw}")
+    steps += _sm_cable_steps(moves, new_inputs)
+    steps += _cabling_steps(moves, switches)
     if switches:
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
                      + ", ".join(sorted(switches)))

@@ -58,10 +58,10 @@ def _plan(m: list[int], k: int, missing: set[int] | None = None) -> FabricPlan |
 
     try:
         return plan_fabric(_nodes(m, missing or set()), _sms(k), SPEC)
-    except PlanError as e:  # SM hosts are refused only when the last SU uses its last slot,
+    except PlanError as e:  # SM hosts are refused only when the first SU uses its last slot,
         # the one it keeps for them (DGX SuperPOD: 31 DGX and the UFM slot in that SU)
-        assert k and m[-1] >> 31 & 1, str(e)
-        assert "fills all 32 slots of the last SU" in str(e)
+        assert k and m[0] >> 31 & 1, str(e)
+        assert "fills all 32 slots of SU 1" in str(e)
         return None
 
 
@@ -95,10 +95,11 @@ def _check_structure(plan: FabricPlan, nodes: list[FabricNode]) -> None:
             assert leaf.su == by_host[p.hostname].su and r.rail in leaf.rails
     assert plan.hca_ports == sum(len(n.ports) for n in nodes)
     assert plan.oversubscription <= 1
-    # SM hosts on leaves of the last SU (never a spine or core: ftree routes nothing between
-    # its roots), master and standby on different leaves, on ports no node can take.
-    last_su = max(n.su for n in nodes)
-    assert all(sw[s.switch].role == "leaf" and sw[s.switch].su == last_su for s in plan.sm)
+    # SM hosts on leaves of the first SU (never a spine or core: ftree routes nothing between
+    # its roots; a new SU never moves them), master and standby on different leaves, on ports
+    # no node can take.
+    first_su = min(n.su for n in nodes)
+    assert all(sw[s.switch].role == "leaf" and sw[s.switch].su == first_su for s in plan.sm)
     assert len({s.switch for s in plan.sm}) == len(plan.sm)
 
 

@@ -243,7 +243,7 @@ def test_sim_leaf_to_leaf_cross_link(tmp_path: Path) -> None:
 
 
 def test_every_sm_host_reaches_every_switch_and_the_other_sm_by_lid(tmp_path: Path) -> None:
-    """The SM hosts sit on leaves of the last SU (ftree routes no traffic between its root
+    """The SM hosts sit on leaves of the first SU (ftree routes no traffic between its root
     switches, so an SM host on a spine could not reach the other spines by LID): from each SM
     host, a LID-routed PMA query (perfquery) answers from every switch, and the LID route to
     the other SM (ibtracert, hop by hop through the switches' forwarding tables) ends at it.

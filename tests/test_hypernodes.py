@@ -56,9 +56,9 @@ def raw_of(counts: list[tuple[int, int]]) -> dict:
 
 
 def cluster_of(sus: list[int], per_su: int = 32) -> Cluster:
-    """`per_su` nodes in each SU of `sus`, the last SU one fewer when that would fill it: its
+    """`per_su` nodes in each SU of `sus`, the first SU one fewer when that would fill it: its
     last slot is the subnet-manager hosts' (prod has two)."""
-    return validate_cluster(raw_of([(su, min(per_su, SLOTS - 1) if su == sus[-1] else per_su)
+    return validate_cluster(raw_of([(su, min(per_su, SLOTS - 1) if su == sus[0] else per_su)
                                     for su in sus]), REPO)
 
 
@@ -129,7 +129,7 @@ def test_three_sus_share_one_spine_layer():
     hns = platform.hypernodes(placement.plan(c))
     names = by_name(hns)
     assert [h["metadata"]["name"] for h in hns] == ["su1", "su2", "su3", "spine"]
-    for su, count in ((1, 32), (2, 32), (3, 31)):  # SU 3 keeps the SM slot
+    for su, count in ((1, 31), (2, 32), (3, 32)):  # SU 1 keeps the SM slot
         assert members(names[f"su{su}"], "Node") == [f"su{su}-node-{i:02d}"
                                                      for i in range(count)]
         assert len(names[f"su{su}"]["metadata"]["annotations"][
@@ -161,11 +161,11 @@ def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
 def test_adding_a_node_changes_only_its_su_hypernode():
     """The preview diff of a new node shows up in its own SU's HyperNode and nowhere else."""
     before = by_name(platform.hypernodes(placement.plan(cluster_of([1, 2], per_su=31))))
-    # SU 1 fills its last slot (SU 2, the last, keeps the SM slot).
+    # SU 2 fills its last slot (SU 1 keeps the SM slot).
     after = by_name(platform.hypernodes(placement.plan(
-        validate_cluster(raw_of([(1, 32), (2, 31)]), REPO))))
-    assert {n for n in before if before[n] != after[n]} == {"su1"}
-    assert members(after["su1"], "Node")[-1] == "su1-node-31"
+        validate_cluster(raw_of([(1, 31), (2, 32)]), REPO))))
+    assert {n for n in before if before[n] != after[n]} == {"su2"}
+    assert members(after["su2"], "Node")[-1] == "su2-node-31"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (upstream CRDs) is not present")

@@ -42,14 +42,15 @@ def test_scale_to_1024_nodes() -> None:
     assert len(BASE["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]) == 1
 
 
-def test_full_last_su_leaves_slots_for_the_subnet_managers() -> None:
+def test_a_full_first_su_leaves_its_last_slot_for_the_subnet_managers() -> None:
     base = {"config": {"gpu-cluster:cluster": {
         **BASE["config"]["gpu-cluster:cluster"],
         "fabric": {"subnetManagers": [{"host": "sm-01"}, {"host": "sm-02"}]}}}}
     ranges = scale_gpu_nodes(base, 256)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
-    assert [r["count"] for r in ranges] == [32] * 7 + [30]
-    ranges = scale_gpu_nodes(base, 40)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
-    assert [r["count"] for r in ranges] == [32, 8]  # a partial SU has free ports already
+    assert [r["count"] for r in ranges] == [31] + [32] * 7
+    assert [r["start"] for r in ranges] == [32 * k for k in range(8)]  # SU k's numbers
+    ranges = scale_gpu_nodes(base, 8)["config"]["gpu-cluster:cluster"]["gpuNodes"]["ranges"]
+    assert [r["count"] for r in ranges] == [8]  # a partial SU has free ports already
 
 
 def test_a_larger_site_gets_a_pod_cidr_with_a_24_per_node() -> None:

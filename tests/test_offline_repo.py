@@ -60,10 +60,10 @@ def test_prod_rendering_is_byte_identical_across_hash_seeds(prod_copy: Path) -> 
     for seed in ("0", "271828"):
         proc = run_offline(prod_copy, "preview", "--stack", "prod", "--render", hashseed=seed)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        # diff.json and runbook.txt compare with the previous run's rendering, so they
+        # diff.json, runbook.txt and impact.txt compare with the previous run's rendering, so they
         # differ by design.
         trees.append({k: v for k, v in _tree(prod_copy / "build").items()
-                      if not k.endswith(("diff.json", "runbook.txt"))} | {
+                      if not k.endswith(("diff.json", "runbook.txt", "impact.txt"))} | {
             f"rendered/{k}": v for k, v in _tree(prod_copy / "rendered").items()})
     assert trees[0] == trees[1]
     assert len(trees[0]) > 150

@@ -186,10 +186,12 @@ def test_add_a_whole_su(project: Path) -> None:
     stack.write_text(yaml.safe_dump(bigger, sort_keys=False))
     lines = book(project, ok=(0, 3))
     for r in range(8):
-        assert any(f"rack and cable new switch leaf-su2-r{r}" in line for line in lines)
+        assert any(f"rack and power new switch leaf-su2-r{r}" in line for line in lines)
     plugs = [line for line in lines if line.strip().split(" ")[1:2] == ["plug"]]
     assert sum("gpu-node-" in p for p in plugs) == 30 * 8  # every rail of every new node
-    assert first(lines, "rack and cable new switch") < first(lines, "gpu-node-32 joins")
+    # Racked and powered before anything is plugged into it, and before the nodes join.
+    assert first(lines, "rack and power new switch") < first(lines, ". plug ")
+    assert first(lines, "rack and power new switch") < first(lines, "gpu-node-32 joins")
 
 
 def test_a_switch_to_switch_cable_is_listed_once() -> None:

@@ -27,7 +27,7 @@ PARTS = {
 
 def site(project: Path) -> dict[str, Any]:
     doc = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
-    return scale_gpu_nodes(doc, 64, free_slots=2)  # SU 1: 32 nodes, SU 2: 30
+    return scale_gpu_nodes(doc, 64, free_slots=2)  # SU 1: 31 nodes and the SM slot, SU 2: 30
 
 
 def write(project: Path, stack: str, doc: dict[str, Any], split: dict[str, Any] | None) -> None:
@@ -61,7 +61,7 @@ def test_each_part_holds_only_its_share(previews: dict[str, list[dict[str, Any]]
     hosts = "gpucluster:hardware:BareMetalNode"
     assert names(previews["core"], hosts) == {"mgmt-01", "sm-01", "sm-02"}
     assert "mgmt-01-kubeadm-init" in names(previews["core"])
-    assert names(previews["su1"], hosts) == {f"gpu-node-{i:02d}" for i in range(32)}
+    assert names(previews["su1"], hosts) == {f"gpu-node-{i:02d}" for i in range(31)}
     assert names(previews["su2"], hosts) == {f"gpu-node-{i:02d}" for i in range(32, 62)}
     for part in ("su1", "su2", "platform", "workloads"):
         assert "mgmt-01-kubeadm-init" not in names(previews[part])

@@ -6,7 +6,7 @@ Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top swit
   lands on the leaf of that SU carrying rail r.
 * Rails per leaf g: the largest divisor of the rail count with g <= rails/2 (at least two
   leaves per SU, so one leaf failure never takes a node off the fabric) and g x slots <= 32,
-  where slots = highest used slot + 1 in that SU, plus one in the last SU when there are
+  where slots = highest used slot + 1 in that SU, plus one in the first SU when there are
   subnet-manager hosts (their slot, below). Full SU: g = 1 (one leaf per rail); the 8-node
   prod SU with its SM slot: g = 2 (four leaves of 2 rails x 16 slots). Each rail of a leaf owns
   a block of span = 32/g ports: leaf port = 1 + (rail mod g) x span + slot. A node's ports
@@ -24,11 +24,12 @@ Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top swit
   (ports 33..64 up) connects to the c cores of plane j, c = the fewest divisor of 32 with
   c x 64 >= pods x 32; q = 32/c cables per spine-core pair; core port = 1 + (pod-1) x q + k.
   1024 nodes: 8 pods x (32 leaves + 32 spines) + 32 planes x 4 cores = 128 cores.
-* Subnet-manager host HCAs hang off leaves of the last SU, never a spine or core: ftree
+* Subnet-manager host HCAs hang off leaves of the first SU, never a spine or core: ftree
   programs no route between its root switches, so an SM on a root could not reach the other
-  roots by LID. They take spare leaf down ports beyond g x span, else the slot the last SU
+  roots by LID. They take spare leaf down ports beyond g x span, else the slot the first SU
   keeps for them (the last of each leaf's span, as DGX SuperPOD keeps a slot for UFM), so
-  nodes added to the SU never take it. Master and standby land on different leaves. ftree
+  nodes added to the SU never take it, and a new SU never moves them (the first SU is the
+  one that never changes as a site grows). Master and standby land on different leaves. ftree
   treats them as non-compute (they are absent from cn_guids).
 """
 
@@ -247,21 +248,21 @@ class _Wiring:
 
 def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool
                   ) -> tuple[list[_Leaf], dict[tuple[int, int], _Leaf], dict[int, int]]:
-    """Leaves per SU. With subnet-manager hosts the last SU keeps one slot beyond its nodes
+    """Leaves per SU. With subnet-manager hosts the first SU keeps one slot beyond its nodes
     for them (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot): they hang off leaves like any
     host, so ftree routes them to every switch and to each other."""
     su_slots: dict[int, int] = {}
     for n in nodes:
         su_slots[n.su] = max(su_slots.get(n.su, 0), n.slot + 1)
     if sm_slot and su_slots:
-        last = max(su_slots)
-        if su_slots[last] >= spec.half:
+        first = min(su_slots)
+        if su_slots[first] >= spec.half:
             raise PlanError(
-                f"gpuNodes (SU {last})", su_slots[last],
-                f"fills all {spec.half} slots of the last SU; its leaves keep one slot for the "
-                "subnet-manager hosts", f"leave slot {spec.half - 1} of SU {last} free (DGX "
-                "SuperPOD: 4 SUs = 127 DGX and the UFM slot), or start another SU")
-        su_slots[last] += 1
+                f"gpuNodes (SU {first})", su_slots[first],
+                f"fills all {spec.half} slots of SU {first}; its leaves keep one slot for the "
+                "subnet-manager hosts", f"leave slot {spec.half - 1} of SU {first} free (DGX "
+                "SuperPOD: 4 SUs = 127 DGX and the UFM slot), or put the node in another SU")
+        su_slots[first] += 1
     leaves: list[_Leaf] = []
     leaf_of: dict[tuple[int, int], _Leaf] = {}  # (su, rail) -> leaf
     g_of: dict[int, int] = {}
@@ -435,19 +436,19 @@ def _place_sm(
     used: dict[str, set[int]],
     half: int,
 ) -> list[tuple[str, int]]:
-    """Leaf ports for the SM hosts in the last SU, master and standby on different leaves:
+    """Leaf ports for the SM hosts in the first SU, master and standby on different leaves:
     ports beyond the rail blocks first, then the slot kept for them (the last of each leaf's
     span, so nodes added to the SU never take it). Never a spine or core: ftree installs no
     route between its root switches, so an SM there could not reach the other roots by LID."""
     if not sms:
         return []
-    last = max(leaf.su for leaf in leaves)
+    first = min(leaf.su for leaf in leaves)
     spare: list[tuple[str, int]] = []
     for leaf in leaves:
-        if leaf.su == last:
+        if leaf.su == first:
             spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
     for leaf in leaves:
-        if leaf.su == last:
+        if leaf.su == first:
             spare += [(leaf.name, r * leaf.span + leaf.span) for r in range(leaf.g)]
     free = [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
     out: list[tuple[str, int]] = []
@@ -459,8 +460,8 @@ def _place_sm(
         if pick is None:
             raise PlanError(
                 "fabric.subnetManagers", s.hostname,
-                f"has no free leaf port in SU {last} (its slot for subnet managers is taken)",
-                f"lower fabric.railsPerLeaf or leave the last slot of SU {last} free")
+                f"has no free leaf port in SU {first} (its slot for subnet managers is taken)",
+                f"lower fabric.railsPerLeaf or leave the last slot of SU {first} free")
         taken.add(pick)
         switches_used.add(pick[0])
         used.setdefault(pick[0], set()).add(pick[1])

@@ -1,0 +1,62 @@
+"""The first lines of a preview: what a change does to hardware and running work.
+
+Read from the diff alone, like the runbook (offline/runbook.py, whose conventions it shares):
+existing links that move, cables to plug and to pull (by media and reach, as the port
+descriptions carry them), switches to rack or retire, nodes drained or rebooted, and whether
+running work sees an outage. The full bill of materials of the new plan is
+build/<stack>/fabric/bom.csv.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .diff import Diff
+from .runbook import CableMove, cable_moves, cabling, drained_hosts, rebooted_hosts, switch_changes
+
+
+def _span(hosts: list[str]) -> str:
+    return ", ".join(hosts) if len(hosts) <= 6 else f"{hosts[0]} … {hosts[-1]}"
+
+
+def _cables(moves: Iterable[CableMove], side: str) -> str:
+    kinds = Counter((getattr(mv, f"{side}_cable") or "cable") for mv in moves)
+    return ", ".join(f"{n} x {kind}" for kind, n in sorted(kinds.items()))
+
+
+def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """A short verdict, or one line saying nothing physical changes."""
+    changes = diff.changes
+    work = cabling(cable_moves(changes, new_inputs))
+    switches = switch_changes(changes)
+    racked = sorted(sw for sw, a in switches.items() if a == "create")
+    retired = sorted(sw for sw, a in switches.items() if a == "delete")
+    drained = drained_hosts(changes, new_inputs)
+    rebooted = rebooted_hosts(changes)
+    if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
+            or drained or rebooted):
+        return ["Impact: no cable, switch or node is touched; no running work is drained."]
+    lines = ["Impact on hardware and running work:"]
+    moved = work.existing_links_moved
+    lines.append(
+        f"  existing links moved: {moved}"
+        + (" (the fabric is re-cabled: every host on them is drained)" if moved else ""))
+    new, pulled = work.plugged, work.pulled
+    lines.append(f"  cables to plug: {len(new)}" + (f" ({_cables(new, 'new')})" if new else "")
+                 + f"; to pull: {len(pulled)}"
+                 + (f" ({_cables(pulled, 'old')})" if pulled else ""))
+    if racked or retired:
+        lines.append(f"  switches: rack {len(racked)}" + (f" ({_span(racked)})" if racked else "")
+                     + f", retire {len(retired)}" + (f" ({_span(retired)})" if retired else ""))
+    lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else ""))
+    if rebooted:
+        lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
+                     "member at a time")
+    if moved or drained:
+        lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
+                     "maintenance window" + (" for the re-cabling" if moved else ""))
+    else:
+        lines.append("  outage: none expected (new links and hosts only)")
+    return lines

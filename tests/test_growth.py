@@ -1,0 +1,118 @@
+"""Growing the prod site, as a reviewer reads it: the preview's first lines say what the change
+does to cables, switches and running work, and the runbook orders the physical work.
+
+Each test renders prod as the baseline in a copy of the repository, grows it the way an
+operator would (stack file and inventory rows for the new nodes), and previews.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import run_offline
+
+KEY = "gpu-cluster:cluster"
+
+
+def grow(project: Path, nodes: int, switches: tuple[str, ...] = (),
+         retired: tuple[str, ...] = (), **fabric: Any) -> None:
+    """Render the baseline, then give prod `nodes` GPU nodes (inventory rows for the new ones:
+    their port GUIDs, MAC and host key as `ibstat`, `ip link` and `ssh-keyscan` would give),
+    the new `switches` their GUID, management address and host key, and drop the `retired`
+    switches' entries."""
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stack = project / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    cluster = doc["config"][KEY]
+    rng = cluster["gpuNodes"]["ranges"][0]
+    rng["count"] = nodes
+    rng["racks"] = [f"r{i:02d}" for i in range(1, -(-nodes // rng["nodesPerRack"]) + 1)]
+    cluster["fabric"].update(fabric)
+    for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
+        for name in retired:
+            cluster["fabric"][key].pop(name, None)
+    for i, name in enumerate(switches):
+        cluster["fabric"]["switchGuids"][name] = f"0xfc6a1c0300b{i:05x}"
+        cluster["fabric"]["switchManagementIps"][name] = f"10.10.2.{40 + i}"
+        cluster["fabric"]["switchHostKeys"][name] = (
+            f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{i:02d}" + "y" * 41)
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    hcas = cluster["gpuNodes"]["template"]["hcas"]
+    rows = [f"gpu-node-{n:02d},{r},{hca},0xb83fd20300b{n:02x}c{2 * r:02x},"
+            f"5c:25:73:31:{n:02x}:10,ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{n:02d}"
+            + "x" * 41 for n in range(8, nodes) for r, hca in enumerate(hcas)]
+    with (project / "inventory/prod.csv").open("a") as inv:
+        inv.write("".join(row + "\n" for row in rows))
+
+
+def preview(project: Path) -> tuple[list[str], list[str]]:
+    """(stdout lines, runbook steps without their numbers)."""
+    proc = run_offline(project, "preview")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = [line.split(". ", 1)[1] for line in
+             (project / "build/prod/runbook.txt").read_text().splitlines()
+             if line.startswith("  ") and ". " in line and line.strip()[0].isdigit()]
+    return proc.stdout.splitlines(), steps
+
+
+def test_a_ninth_node_only_adds_its_cables(project: Path) -> None:
+    """Prod pins two rails per leaf (16 slots: 15 nodes and the subnet managers' slot), so the
+    9th node's 8 cables land on free ports and nothing already cabled moves."""
+    grow(project, 9)
+    out, steps = preview(project)
+    assert out[:6] == [
+        "Impact on hardware and running work:",
+        "  existing links moved: 0",
+        # gpu-node-08 opens rack r03; the switches are in r01 (fabric.switchRack).
+        "  cables to plug: 8 (8 x optical cross-rack); to pull: 0",
+        "  nodes drained: 0",
+        "  outage: none expected (new links and hosts only)",
+        out[5],
+    ]
+    assert not [s for s in steps if s.startswith(("cordon", "move", "pull", "re-cable", "rack"))]
+    assert sum(s.startswith("plug   ") for s in steps) == 8
+    assert all("gpu-node-08" in s for s in steps if s.startswith("plug   "))
+
+
+def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
+        project: Path) -> None:
+    """16 nodes do not fit two rails per leaf: one leaf per rail (and four spines) re-cables
+    every existing link. The preview opens with it; the runbook drains every node, keeps the
+    subnet managers up (standby first) and racks the new switches before any cable."""
+    grow(project, 16, railsPerLeaf=1, spines=4,
+         switches=(*[f"leaf-su1-r{r}" for r in range(8)], "spine-03", "spine-04"),
+         retired=("leaf-su1-r0-1", "leaf-su1-r2-3", "leaf-su1-r4-5", "leaf-su1-r6-7"))
+    out, steps = preview(project)
+    assert out[0] == "Impact on hardware and running work:"
+    # 64 node cables, 2 subnet-manager cables and 128 leaf uplinks: every link of prod.
+    assert out[1] == ("  existing links moved: 194 (the fabric is re-cabled: every host on them "
+                      "is drained)")
+    assert out[3].startswith("  switches: rack 10 (leaf-su1-r0 … spine-04), retire 4 "
+                             "(leaf-su1-r0-1, leaf-su1-r2-3, leaf-su1-r4-5, leaf-su1-r6-7)")
+    assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
+    assert "maintenance window for the re-cabling" in out[5]
+
+    def at(*prefixes: str) -> list[int]:
+        return [i for i, s in enumerate(steps) if s.startswith(prefixes)]
+
+    cable_work = at("move", "re-cable", "plug", "pull")
+    assert len(at("move")) == 194  # each of prod's links, once (an uplink shows on 2 switches)
+    assert max(at("cordon and drain")) < min(at("rack and power new switch"))
+    assert max(at("rack and power new switch")) < min(cable_work)
+    assert min(at("retire switch")) > max(cable_work)
+    assert not [s for s in steps if s.startswith("cordon and drain sm-")]
+    sm = [s for s in steps if s.startswith(("sm-01's cable", "sm-02's cable"))]
+    assert [s[:5] for s in sm] == ["sm-02", "sm-01"]  # the standby (priority 14) first
+    assert "standby subnet manager" in sm[0] and "master subnet manager" in sm[1]
+
+
+def test_a_change_without_hardware_says_so_in_one_line(project: Path) -> None:
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stack = project / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text().replace("version: 4.13.3", "version: 4.13.4"))
+    out, steps = preview(project)
+    assert out[0] == "Impact: no cable, switch or node is touched; no running work is drained."
