@@ -158,7 +158,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
                              host_key=keys.get(name),
                              cli=switch_config.switch_cli(name, ports,
-                                                          host_sm=bool(fabric_plan.sm)))
+                                                          host_sm=bool(fabric_plan.sm),
+                                                          radix=cluster.fabric.radix))
             for name, ports in switch_config.port_maps(fabric_plan).items()
         }
         for name, sw in switches.items():

@@ -141,10 +141,26 @@ def test_adding_a_worker_touches_only_it_and_the_shared_resources(project: Path)
     assert_only_shared_changes(diff)
     # Rails 6 and 7 on their 2-rail leaf, slot 7 of each rail's 16-port block.
     leaf = next(c for c in diff if c["name"] == "leaf-su1-r6-7-config")
-    assert leaf["textDiffs"]["stdin"] == [
-        f'+interface ib 1/{16 * k + 8} description "gpu-node-07 rail {6 + k} ({hca}) '
-        '[optical cross-rack]"'
-        for k, hca in enumerate(("mlx5_10", "mlx5_11"))]
+    assert sorted(leaf["textDiffs"]["stdin"]) == sorted(
+        line for k, hca in enumerate(("mlx5_10", "mlx5_11")) for line in (
+            f"-no interface ib 1/{16 * k + 8} description",  # the free port had none
+            f'+interface ib 1/{16 * k + 8} description "gpu-node-07 rail {6 + k} ({hca}) '
+            '[optical cross-rack]"'))
+
+
+def test_a_removed_node_leaves_no_stale_port_description(project: Path) -> None:
+    """The switch CLI states every port: the ports gpu-node-07 frees get their description
+    cleared, not left saying gpu-node-07 (MLNX-OS keeps a description until told otherwise)."""
+    render_baseline(project)
+    edit_stack(project, seven_nodes)
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    diff, _ = preview(project)
+    leaf = next(c for c in diff if c["name"] == "leaf-su1-r0-1-config")
+    assert sorted(leaf["textDiffs"]["stdin"]) == sorted(
+        line for k, hca in enumerate(("mlx5_0", "mlx5_3")) for line in (
+            f'-interface ib 1/{16 * k + 8} description "gpu-node-07 rail {k} ({hca}) '
+            '[optical cross-rack]"',
+            f"+no interface ib 1/{16 * k + 8} description"))
 
 
 def test_a_new_kernel_argument_reboots_every_gpu_node_one_at_a_time(project: Path) -> None:

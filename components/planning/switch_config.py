@@ -22,13 +22,16 @@ def port_maps(plan: FabricPlan) -> dict[str, dict[int, str]]:
     return {name: dict(sorted(ports.items())) for name, ports in sorted(maps.items())}
 
 
-def switch_cli(name: str, ports: dict[int, str], host_sm: bool) -> str:
-    """Idempotent MLNX-OS commands: setting a value that is already set is a no-op."""
+def switch_cli(name: str, ports: dict[int, str], host_sm: bool, radix: int) -> str:
+    """Idempotent MLNX-OS commands: setting a value that is already set is a no-op. Every port
+    is stated: a cabled port gets its description, a free one has it cleared (MLNX-OS's `no`
+    form), so a cable that moved or went leaves no stale description behind."""
     lines = ["enable", "configure terminal", f"hostname {name}"]
     if host_sm:
         # The host subnet managers (master + standby) own the fabric; a switch SM would compete.
         lines.append("no ib sm")
-    for port, peer in ports.items():
-        lines.append(f'interface ib 1/{port} description "{peer}"')
+    for port in range(1, radix + 1):
+        lines.append(f'interface ib 1/{port} description "{ports[port]}"' if port in ports
+                     else f"no interface ib 1/{port} description")
     lines += ["configuration write", "exit"]
     return "\n".join(lines) + "\n"
