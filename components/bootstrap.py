@@ -154,11 +154,11 @@ class KubeadmCluster(pulumi.ComponentResource):
         }
         self.register_outputs({"workers": sorted(self.members)})
 
-    def _read_secret(self, name: str, cp: ControlPlaneHost, create: str
-                     ) -> command.remote.Command:
+    def _read_secret(self, name: str, cp: ControlPlaneHost, create: str,
+                     triggers: list[Any] | None = None) -> command.remote.Command:
         """A command on the control plane whose stdout is a credential: secret, never logged."""
         return remote_command(
-            name, connection=cp.connection, create=create, logging=QUIET,
+            name, connection=cp.connection, create=create, logging=QUIET, triggers=triggers,
             opts=_secret_opts(self, _present(self.init)))
 
     def _join_control_planes(self, args: KubeadmClusterArgs,
@@ -194,12 +194,14 @@ class KubeadmCluster(pulumi.ComponentResource):
             previous = [joins[host]]
         return joins
 
-    def _join_token(self, host: str, cp: ControlPlaneHost,
-                    args: KubeadmClusterArgs) -> command.remote.Command:
+    def _join_token(self, host: str, cp: ControlPlaneHost, args: KubeadmClusterArgs,
+                    board: str | None = None) -> command.remote.Command:
         # One short-lived token per join: adding a node never touches the other nodes' joins.
+        # A new board (`board`: its host key) gets a fresh one: the first has long expired.
         return self._read_secret(
             f"{host}-join-token", cp,
-            "sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host))
+            "sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host),
+            triggers=[board] if board is not None else None)
 
     def _planned_reboot(self, node: BareMetalNode, plan: PlannedReboot | None,
                         cp: ControlPlaneHost) -> Any:
@@ -242,7 +244,7 @@ class KubeadmCluster(pulumi.ComponentResource):
               cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
         booted = self._planned_reboot(node, args.reboots.get(host), cp)
-        token = self._join_token(host, cp, args)
+        token = self._join_token(host, cp, args, node.board)
         join = remote_command(
             f"{host}-kubeadm-join",
             connection=node.connection,
@@ -251,9 +253,10 @@ class KubeadmCluster(pulumi.ComponentResource):
             # Runs only after `<host>-member` was deleted, i.e. after the drain succeeded.
             delete="sudo bash -c 'test ! -f /etc/kubernetes/kubelet.conf || "
                    "kubeadm reset --force --cleanup-tmp-dir'",
+            # A new token (a new board) re-runs it with that token: on a joined node the
+            # guarded script does nothing, on a new board it joins.
             opts=pulumi.ResourceOptions(parent=self,
-                                        depends_on=[booted, token, *self._before_join],
-                                        ignore_changes=["stdin"]),
+                                        depends_on=[booted, token, *self._before_join]),
         )
         # Lives on the control plane; deleting it cordons and drains the node before the
         # worker's own reset runs (Pulumi deletes dependents first). It waits for the Node to

@@ -38,6 +38,9 @@ class BareMetalNode(pulumi.ComponentResource):
         self.hostname = args.hostname
         self.role = args.role
         self.address = args.address
+        # The board's identity: a replaced board (new SSH host key) re-runs what was done once
+        # per board (its BMC settings, its join with a fresh token).
+        self.board = args.ssh_host_key or ""
         self.connection = connection(args.address, args.ssh_user, args.ssh_private_key,
                                      args.ssh_host_key)
         # For the check after a planned reboot: dialled until the host is back.
@@ -56,6 +59,7 @@ class BareMetalNode(pulumi.ComponentResource):
                 f"{name}-bmc",
                 create=args.bmc_command,
                 environment={"BMC_PASSWORD": args.bmc_password},
+                triggers=[self.board],
                 logging=command.local.Logging.STDERR,
                 opts=pulumi.ResourceOptions(parent=self),
             )

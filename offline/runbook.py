@@ -263,6 +263,45 @@ def _reboot_step(hosts: list[str]) -> str:
         "maintenance window")
 
 
+def replaced_boards(changes: Iterable[Change]) -> list[str]:
+    """Hosts whose SSH host key changes while their address stays: a new board (or a
+    reinstalled OS) behind the same name, read from their `<host>-prepare` connection."""
+    out = []
+    for c in changes:
+        host = _suffix(c.name, "-prepare")
+        lines = c.text_diffs.get("connection", []) if c.action == "update" else []
+        if host and any(ln.startswith("-hostKey: ") for ln in lines) \
+                and any(ln.startswith("+hostKey: ") for ln in lines) \
+                and not any(ln.startswith("+host: ") for ln in lines):
+            out.append(host)
+    return sorted(out)
+
+
+def _board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None,
+                 stack: str) -> list[str]:
+    """A board replaced behind the same name: drain, swap, re-seat every cable where it was
+    (by switch port), then `pulumi up` re-applies what is done once per board, then checks."""
+    steps = []
+    for host in hosts:
+        ports = sorted(
+            (m.group(3), sw, int(m.group(1)))
+            for urn, inputs in (new_inputs or {}).items()
+            if (sw := _suffix(urn.rpartition("::")[2], "-config")) is not None
+            for line in str(inputs.get("stdin", "")).splitlines()
+            if (m := re.match(rf'^interface ib 1/(\d+) description "({re.escape(host)} '
+                              r'rail (\d+) \(\S+\))', line)))
+        seats = "; ".join(f"rail {rail}: {sw} port {port}" for rail, sw, port in ports)
+        steps.append(
+            f"board replacement of {host} (its SSH host key changes in the inventory): kubectl "
+            f"drain {host} --ignore-daemonsets --delete-emptydir-data; power it off, swap the "
+            f"board, re-seat its cables exactly where they were ({seats or 'none'}); power it "
+            "on with DGX OS. `pulumi up` then re-applies its BMC settings, prepares it (a planned "
+            "reboot if needed) and joins it with a fresh token. Check `ibstat` port GUIDs "
+            f"against the inventory and `make verify-fabric STACK={stack}`, then kubectl "
+            f"uncordon {host}")
+    return steps
+
+
 def switch_changes(changes: Iterable[Change]) -> dict[str, str]:
     """switch -> the action on its port map (create: a new switch, delete: a retired one)."""
     return {sw: c.action for c in changes if (sw := _switch(c)) is not None}
@@ -284,7 +323,8 @@ def drained_hosts(changes: Iterable[Change],
     members = _members(new_inputs)
     peers = {m.split(" ")[0] for mv in cable_moves(changes, new_inputs)
              for m in (mv.old, mv.new) if m}
-    return sorted(set(leaving) | ({h for h in peers if h in members} - set(joining)))
+    moved = {h for h in peers if h in members} | set(replaced_boards(changes))
+    return sorted(set(leaving) | (moved - set(joining)))
 
 
 def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
@@ -325,8 +365,11 @@ def runbook(diff: Diff, stack: str = "prod",
         return []
 
     steps: list[str] = []
-    # Nodes whose cables move but who stay in the cluster are drained by hand first.
-    recabled = [h for h in drained_hosts(changes, new_inputs) if h not in leaving]
+    # Nodes whose cables move but who stay in the cluster are drained by hand first; a new
+    # board's host gets its own step.
+    boards = replaced_boards(changes)
+    recabled = [h for h in drained_hosts(changes, new_inputs)
+                if h not in leaving and h not in boards]
     for host in leaving:
         steps.append(f"cordon and drain {host} (first deletion of `pulumi up`: "
                      f"kubectl cordon/drain on the control plane)")
@@ -334,11 +377,13 @@ def runbook(diff: Diff, stack: str = "prod",
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
                      f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
+    steps += _board_steps(boards, new_inputs, stack)
     rebooted = rebooted_hosts(changes)
     if rebooted:
         steps.append(_reboot_step(sorted(rebooted)))
     for host in prepared:
-        if host not in joining and host not in leaving and host not in rebooted:
+        if host not in joining and host not in leaving and host not in rebooted \
+                and host not in boards:
             steps.append(f"host preparation changes on {host}: applied in place by `pulumi up`; "
                          "its boot settings are unchanged, so no reboot and no drain")
     steps += _sm_cable_steps(moves, new_inputs)

@@ -189,3 +189,35 @@ def test_a_change_without_a_boot_setting_reboots_nothing(project: Path) -> None:
     runbook = text[text.index("Hardware-change runbook"):]
     assert "planned reboot" not in runbook
     assert "host preparation changes on gpu-node-05: applied in place" in runbook
+
+
+def test_a_new_board_is_drained_reseated_rejoined_with_a_fresh_token(project: Path) -> None:
+    """Same hostname and address, new board: new port GUIDs, MAC and SSH host key in the
+    inventory. The join runs again with a new token (the first expired long ago), the BMC
+    settings are applied to the new BMC, and the runbook drains the node, names every cable to
+    re-seat by switch port and the checks before it is uncordoned."""
+    render_baseline(project)
+    new_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBoardSwap" + "z" * 34
+    edit_inventory(project, lambda rows: [
+        ",".join([*r.split(",")[:3], r.split(",")[3].replace("0xb83fd20300a4", "0xb83fd20300e4"),
+                  "5c:25:73:31:03:99", new_key]) if r.startswith("gpu-node-03,") else r
+        for r in rows])
+    diff, text = preview(project)
+    assert {"gpu-node-03-join-token", "gpu-node-03-bmc"} <= names(diff, "replace")
+    # The join runs again on the new board (its connection changed), with the new token: its
+    # stdin (a secret the offline diff cannot see change) is not frozen by ignoreChanges.
+    join = next(c for c in diff if c["name"] == "gpu-node-03-kubeadm-join")
+    assert join["action"] == "update" and "connection" in join["paths"]
+    join_doc = rendered(project, "bootstrap", "command-remote-Command", "gpu-node-03-kubeadm-join")
+    assert "stdin" not in join_doc["options"]["ignoreChanges"]
+    # Nothing of another node changes; the SM files learn the new port GUIDs.
+    touched = {c["name"] for c in diff}
+    assert not {n for n in touched if n.startswith("gpu-node-") and "gpu-node-03" not in n}
+    assert {"sm-01-opensm", "sm-02-opensm"} <= names(diff, "update")
+    runbook = text[text.index("Hardware-change runbook"):]
+    step = next(line for line in runbook.splitlines() if "board replacement of gpu-node-03" in line)
+    assert "kubectl drain gpu-node-03" in step and "kubectl uncordon gpu-node-03" in step
+    # Rail r of slot 3 sits at port 1 + (r mod 2) x 16 + 3 of its two-rail leaf.
+    for r, leaf in enumerate(("r0-1", "r0-1", "r2-3", "r2-3", "r4-5", "r4-5", "r6-7", "r6-7")):
+        assert f"rail {r}: leaf-su1-{leaf} port {1 + (r % 2) * 16 + 3}" in step
+    assert "nodes drained: 1 (gpu-node-03)" in text
