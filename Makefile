@@ -41,9 +41,13 @@ bench: $(VENV)/.installed
 	$(PY) -m offline bench
 
 verify-fabric: $(VENV)/.installed
-	@test -n "$(DISCOVERED)" || { echo "usage: make verify-fabric DISCOVERED=ibnetdiscover-dump.txt [STACK=prod]"; exit 2; }
-	$(PY) -m offline preview --stack $(STACK) --quiet >/dev/null || true
-	$(PY) tools/verify_fabric.py --plan build/$(STACK)/fabric/topology.net --discovered $(DISCOVERED)
+	@test -n "$(DISCOVERED)" || { echo "usage: make verify-fabric DISCOVERED=ibnetdiscover-dump.txt [STACK=prod] [RATE=4xNDR|any]"; exit 2; }
+	@# The plan must be this config's: a preview that fails (exit 2: config error) leaves
+	@# build/ stale. Exit 3 (a policy violation) still renders the fabric.
+	@$(PY) -m offline preview --stack $(STACK) --quiet >/dev/null; rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 3 ]; then \
+	    echo "verify-fabric: the preview of $(STACK) failed (exit $$rc), so build/$(STACK)/fabric is not this config's plan; fix the config (make preview STACK=$(STACK))" >&2; exit 2; fi
+	$(PY) tools/verify_fabric.py --plan build/$(STACK)/fabric/topology.net --discovered $(DISCOVERED) $(if $(RATE),--rate $(RATE))
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

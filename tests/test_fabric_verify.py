@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import copy_repo
 from fabric_sim import PROD_SMS, Faults, cluster, prod_spec
 
 from components.planning.fabric import (
@@ -127,6 +129,32 @@ def test_unexpected_node_and_placeholder_matching(prod: FabricPlan) -> None:
     assert "UNEXPECTED_NODE" in kinds(report)
 
 
+def test_a_replaced_hca_and_a_replaced_spine_are_named_with_the_fix() -> None:
+    """A plan with real GUIDs (as read from the hardware) against a fabric where one HCA and
+    one spine were replaced: cabled as planned, so found by name, but with new GUIDs the SM
+    files do not know (opensm would miss the spine as a root: ERR AB24). Each is named, with
+    the key to update."""
+    spine_guid = "0xfc6a1c0300a10002"
+    planned = plan_fabric(cluster(8, real_guids=True), PROD_SMS,
+                          prod_spec(switch_guids={"spine-02": spine_guid}))
+    nodes = cluster(8, real_guids=True)
+    new_hca = "0x946dae0300ee0004"
+    nodes[3] = dataclasses.replace(nodes[3], ports=tuple(
+        dataclasses.replace(p, port_guid=new_hca) if p.rail == 2 else p for p in nodes[3].ports))
+    live = plan_fabric(nodes, PROD_SMS, prod_spec(switch_guids={"spine-02": "0xfc6a1c0300a1ee02"}))
+    report = verify_plan(planned, render_topology_net(live))
+    assert kinds(report) == ["GUID", "GUID"], report.text()
+    hca, spine = sorted(report.findings, key=lambda f: f.where)
+    assert hca.where == "gpu-node-03 rail 2 (mlx5_4)"
+    assert hca.expected == "GUID 0x946dae0300000304"
+    assert hca.found.startswith(f"GUID {new_hca} (replaced?); set the inventory's portGuid of "
+                                f"gpu-node-03 rail 2 to {new_hca}")
+    assert spine.where == "spine-02" and spine.expected == f"GUID {spine_guid}"
+    assert "set fabric.switchGuids.spine-02 (or the inventory) to 0xfc6a1c0300a1ee02" in \
+        spine.found
+    assert "fabric matches the plan" not in report.text()
+
+
 def test_rate_check(prod: FabricPlan) -> None:
     net = render_topology_net(prod)
     assert verify_plan(prod, net, rate="4xHDR").ok
@@ -146,14 +174,39 @@ def test_cli(tmp_path: Path, prod: FabricPlan) -> None:
     r0, r1 = prod.placement("gpu-node-00").rails[:2]
     bad.write_text(faults(prod).swap((r0.leaf, r0.leaf_port), (r1.leaf, r1.leaf_port)).net())
     cli = [sys.executable, str(ROOT / "tools" / "verify_fabric.py")]
-    ok = subprocess.run(cli + ["--plan", str(tmp_path / "fabric"), "--discovered", str(good)],
-                        capture_output=True, text=True, check=False)
+    # The dump is ibsim's format, trained at 4xHDR (ibsim knows no NDR): by default every link
+    # below the 4xNDR a ConnectX-7/QM9700 fabric trains at is reported.
+    slow = subprocess.run(cli + ["--plan", str(tmp_path / "fabric"), "--discovered", str(good)],
+                          capture_output=True, text=True, check=False)
+    assert slow.returncode == 1 and "194 RATE" in slow.stdout, slow.stdout
+    ok = subprocess.run(cli + ["--plan", str(tmp_path / "fabric"), "--discovered", str(good),
+                               "--rate", "4xHDR"], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     nok = subprocess.run(cli + ["--plan", str(tmp_path / "fabric" / "topology.net"),
-                                "--discovered", str(bad)],
+                                "--discovered", str(bad), "--rate", "any"],
                          capture_output=True, text=True, check=False)
     assert nok.returncode == 1
     assert "2 MISWIRE" in nok.stdout and "gpu-node-00 rail 1 (mlx5_3)" in nok.stdout
     missing = subprocess.run(cli + ["--plan", str(tmp_path), "--discovered", str(good)],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2
+
+
+def test_make_verify_fabric_refuses_a_stale_plan(tmp_path: Path) -> None:
+    """`make verify-fabric` previews first; when the config does not preview, build/ holds an
+    older plan, and comparing the fabric with it would be wrong: it stops (exit 2) and says so.
+    With a good config the plan's own topology (ibsim format, 4xHDR) matches at RATE=4xHDR."""
+    project = copy_repo(tmp_path / "repo")
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    make = ["make", "-s", "-o", ".venv/.installed", "verify-fabric"]
+    proc = subprocess.run(make + ["DISCOVERED=build/prod/fabric/topology.net", "RATE=4xHDR"],
+                          cwd=project, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "fabric matches the plan" in proc.stdout, (
+        proc.stdout + proc.stderr)
+    stack = project / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text().replace("sshUser: ubuntu", "sshUser: root"))  # refused
+    stale = subprocess.run(make + ["DISCOVERED=build/prod/fabric/topology.net"], cwd=project,
+                           capture_output=True, text=True, check=False)
+    assert stale.returncode == 2, stale.stdout + stale.stderr
+    assert "the preview of prod failed (exit 2)" in stale.stderr
+    assert "fabric matches the plan" not in stale.stdout

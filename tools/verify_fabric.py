@@ -6,8 +6,9 @@
 
 `--plan` is the rendered fabric directory or its topology.net (node-name-map beside it
 labels HCAs with their rail). Prints every miswired, missing and extra cable and every
-missing or unexpected node by switch/port and host/rail. Exit status: 0 the fabric matches,
-1 differences found, 2 bad arguments or unreadable files.
+missing or unexpected node by switch/port and host/rail, every HCA or switch whose GUID is not
+the plan's (replaced: the inventory line to update), and every link not trained at 4xNDR.
+Exit status: 0 the fabric matches, 1 differences found, 2 bad arguments or unreadable files.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--discovered", required=True, type=Path,
                     help="ibnetdiscover output ('-' for stdin)")
     ap.add_argument("--name-map", type=Path, help="node-name-map (default: beside the plan)")
-    ap.add_argument("--rate", help="also report links not trained at this rate, e.g. 4xNDR")
+    ap.add_argument("--rate", default="4xNDR",
+                    help="report links not trained at this width and speed (default 4xNDR, "
+                         "what ConnectX-7 and QM9700 train at 400 Gb/s; 'any' skips the check, "
+                         "e.g. for ibsim, which knows no NDR)")
     ap.add_argument("--json", action="store_true", help="print findings as JSON")
     args = ap.parse_args(argv)
 
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"verify_fabric: {e}", file=sys.stderr)
         return 2
-    report = verify_files(topology, discovered, names, args.rate)
+    report = verify_files(topology, discovered, names,
+                          None if args.rate == "any" else args.rate)
     if report.planned_nodes == 0:
         print(f"verify_fabric: {plan} holds no planned nodes", file=sys.stderr)
         return 2

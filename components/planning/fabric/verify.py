@@ -14,14 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from .guids import KIND_PREFIX
 from .ibnet import Topology, parse_ibnetdiscover, render_topology_net
 from .model import FabricPlan
 from .sm_files import render_node_name_map
 
 Kind = Literal["MISWIRE", "MISSING_CABLE", "EXTRA_CABLE", "MISSING_NODE", "UNEXPECTED_NODE",
-               "RATE"]
-_ORDER = {"MISSING_NODE": 0, "UNEXPECTED_NODE": 1, "MISWIRE": 2, "MISSING_CABLE": 3,
-          "EXTRA_CABLE": 4, "RATE": 5}
+               "GUID", "RATE"]
+_ORDER = {"MISSING_NODE": 0, "UNEXPECTED_NODE": 1, "GUID": 2, "MISWIRE": 3, "MISSING_CABLE": 4,
+          "EXTRA_CABLE": 5, "RATE": 6}
 
 End = tuple[str, int]  # (identity, port)
 
@@ -60,6 +61,12 @@ class Report:
         kinds = sorted({f.kind for f in self.findings}, key=_ORDER.__getitem__)
         head += ", ".join(f"{self.count(k)} {k}" for k in kinds)
         return "\n".join([head] + [f.text() for f in self.findings]) + "\n"
+
+
+def is_placeholder(guid: str) -> bool:
+    """A planned GUID the planner made up (locally administered space, guids.py), not one
+    read from the hardware: a discovered GUID cannot be compared with it."""
+    return int(guid, 16) >> 48 in KIND_PREFIX.values()
 
 
 def _natural(text: str) -> tuple[tuple[int, str], ...]:
@@ -118,12 +125,15 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
         else:
             unmatched.append(nid)
     unexpected: list[str] = []
+    replaced: list[tuple[str, str]] = []  # (planned nodeid, discovered nodeid): a new GUID
     for nid in unmatched:  # then the node description, for placeholder GUIDs
         hit = by_ident.get(dis.natural(nid))
         if (hit is not None and hit not in matched
                 and expected.nodes[hit].kind == discovered.nodes[nid].kind):
             dis.ident[nid] = exp.ident[hit]
             matched.add(hit)
+            if not is_placeholder(exp.key_guid(hit)):
+                replaced.append((hit, nid))
         else:
             dis.ident[nid] = f"?{dis.natural(nid)} [{dis.key_guid(nid)}]"
             unexpected.append(nid)
@@ -152,6 +162,7 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
     missing_nodes = sorted(set(expected.nodes) - matched, key=lambda n: exp.ident[n])
     missing_idents = {exp.ident[n] for n in missing_nodes}
     findings += _missing_node_findings(missing_nodes, exp, expected, e_links, label)
+    findings += _guid_findings(replaced, exp, dis, label)
     for nid in unexpected:
         node = discovered.nodes[nid]
         findings.append(Finding("UNEXPECTED_NODE", f"{dis.natural(nid)} [{dis.key_guid(nid)}]",
@@ -216,6 +227,25 @@ def _where(x: End, y: End, expected: Topology, by_ident: Mapping[str, str],
     tier = {"leaf": 0, "spine": 1, "core": 2}
     low = min(sw, key=lambda e: (tier.get(e[0].split("-")[0], 3), e))
     return f"{low[0]} port {low[1]}"
+
+
+def _guid_findings(replaced: list[tuple[str, str]], exp: _Side, dis: _Side,
+                   label: Labeler) -> list[Finding]:
+    """A replaced HCA or switch, found by its name: the plan's (real) GUID is stale, and the
+    SM files built from it (root GUIDs, partitions) with it."""
+    out = []
+    for hit, nid in replaced:
+        ident, found = exp.ident[hit], dis.key_guid(nid)
+        if exp.topo.nodes[hit].kind == "switch":
+            where, fix = ident, f"set fabric.switchGuids.{ident} (or the inventory) to {found}"
+        else:
+            where = label(ident, 1)
+            fix = (f"set the inventory's portGuid of {where.split(' (')[0]} to {found}"
+                   if " rail " in where else f"set the port GUID of {ident} to {found}")
+        out.append(Finding("GUID", where, f"GUID {exp.key_guid(hit)}",
+                           f"GUID {found} (replaced?); {fix}, then preview and apply (the SM "
+                           "files list GUIDs)"))
+    return out
 
 
 def _missing_node_findings(missing: list[str], exp: _Side, expected: Topology,
