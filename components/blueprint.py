@@ -212,6 +212,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
             kubelet_config_script=kubelet_script,
             reboots=reboots,
+            decommission=frozenset(cluster.gpu_nodes.decommission),
         ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
     provider = kube.provider if kube is not None else None
     if provider is None and reference is not None:
@@ -252,6 +253,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     apps: dict[str, Workload] = {}
     if _builds(cluster, "workloads"):
         ready: list[Any] = [r for r in (store, plat) if r is not None]
+        # Jobs sized by node count are resized only once the decommissioned nodes are drained.
+        ready += list(kube.decommissions.values()) if kube is not None else []
         test = cluster.workloads.nccl_test
         if test is not None:
             # The fabric acceptance test runs first and alone, on every GPU node it names:

@@ -63,6 +63,8 @@ class KubeadmClusterArgs:
     kubelet_config_script: str | None = None
     # Per worker: drained, rebooted and checked before it joins or after a boot change.
     reboots: dict[str, PlannedReboot] = field(default_factory=dict)
+    # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
+    decommission: frozenset[str] = frozenset()
 
 
 def _present(*resources: Any) -> list[Any]:
@@ -142,6 +144,16 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.members: dict[str, command.remote.Command] = {}
         for host, node in sorted(args.workers.items()):
             self.members[host] = self._join(node, args, cp)
+        # What depends on this component (platform, workloads: the jobs sized by node count)
+        # waits for these drains. No delete action: removing the node later drains (a no-op
+        # by then), deletes the Node and resets the host through `<host>-member`.
+        self.decommissions = {
+            host: remote_command(
+                f"{host}-decommission", connection=cp.connection,
+                create=f"sudo bash -c {shlex.quote(kubeadm.decommission_script(host))}",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.members[host]]))
+            for host in sorted(args.decommission) if host in self.members
+        }
         self.node_patches = {
             host: k8s.core.v1.NodePatch(
                 f"{host}-placement",

@@ -147,6 +147,9 @@ class GpuNodes(Model):
     ranges: tuple[NodeRange, ...] = Field(min_length=1)
     overrides: Annotated[dict[str, NodeOverride], AfterValidator(_read_only)] = Field(
         default_factory=lambda: MappingProxyType({}))
+    # Nodes on their way out: drained (and no longer counted for workloads) in one update,
+    # removed from `ranges` in a later one, so the drain comes first (docs/day2.md).
+    decommission: tuple[DnsLabel, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -501,6 +504,12 @@ class Cluster(Model):
         return self._expanded[0]
 
     @property
+    def in_service_nodes(self) -> tuple[GpuNode, ...]:
+        """The GPU nodes workloads are sized for: all but those being decommissioned."""
+        leaving = set(self.gpu_nodes.decommission)
+        return tuple(n for n in self.nodes if n.hostname not in leaving)
+
+    @property
     def control_plane(self) -> tuple[Host, ...]:
         return tuple(h for h in self.hosts if h.role == "control-plane")
 
@@ -510,7 +519,8 @@ class Cluster(Model):
 
     @property
     def total_gpus(self) -> int:
-        return sum(n.gpu.count for n in self.nodes)
+        """The GPUs workloads can use (nodes being decommissioned do not count)."""
+        return sum(n.gpu.count for n in self.in_service_nodes)
 
     def lustre(self, name: str) -> LustreFilesystem | None:
         return next((fs for fs in self.storage.lustre if fs.name == name), None)

@@ -171,7 +171,14 @@ def _duplicates(items: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, str]]:
 
 def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat list of checks
     nodes = c.nodes
+    serving_nodes = c.in_service_nodes
     yield from c._expanded[1] if c._expanded else ()
+    defined = {n.hostname for n in nodes}
+    for i, host in enumerate(c.gpu_nodes.decommission):
+        if host not in defined:
+            yield Problem(f"gpuNodes.decommission[{i}]", host, "is not a GPU node of this stack",
+                          "name a node its gpuNodes ranges define; once a node is removed from "
+                          "the ranges, drop it from decommission too")
     if c.ssh_user == "root":
         # A planned reboot schedules `shutdown -r +1`, whose /run/nologin keeps the check after
         # the reboot from logging in before the host went down; pam_nologin exempts root.
@@ -356,8 +363,9 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             yield Problem(f"{path}.checkpoints", j.checkpoints,
                           "is not a storage.lustre checkpoints file system",
                           "name a storage.lustre entry with purpose: checkpoints")
-        if j.nodes > len(nodes):
-            yield Problem(f"{path}.nodes", j.nodes, f"more nodes than the {len(nodes)} GPU nodes",
+        if j.nodes > len(serving_nodes):
+            yield Problem(f"{path}.nodes", j.nodes,
+                          f"more nodes than the {len(serving_nodes)} GPU nodes in service",
                           "lower nodes or add GPU nodes")
         if j.gpus_per_node != gpus:
             yield Problem(f"{path}.gpusPerNode", j.gpus_per_node,
@@ -392,7 +400,7 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       "pin the driver the cluster was qualified with, e.g. driverVersion: "
                       '"580.95.05"')
     yield from _script_problems(c)
-    yield from _capacity_problems(c, len(nodes))
+    yield from _capacity_problems(c, len(serving_nodes))
     nt = c.workloads.nccl_test
     if nt is not None:
         if nt.min_efficiency < MIN_NCCL_EFFICIENCY:
@@ -408,9 +416,9 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                           "in NCCL's log) and would fail every `pulumi up`",
                           "keep gpudirectRdma: true; or, outside production, set "
                           "workloads.ncclTest.gate: false")
-        if nt.nodes is not None and nt.nodes > len(nodes):
+        if nt.nodes is not None and nt.nodes > len(serving_nodes):
             yield Problem("workloads.ncclTest.nodes", nt.nodes,
-                          f"more nodes than the {len(nodes)} GPU nodes",
+                          f"more nodes than the {len(serving_nodes)} GPU nodes in service",
                           "lower nodes or leave it unset to test every GPU node")
         if nt.namespace not in {j.namespace for j in c.workloads.training}:
             yield Problem("workloads.ncclTest.namespace", nt.namespace,

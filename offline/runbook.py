@@ -324,7 +324,8 @@ def drained_hosts(changes: Iterable[Change],
     peers = {m.split(" ")[0] for mv in cable_moves(changes, new_inputs)
              for m in (mv.old, mv.new) if m}
     moved = {h for h in peers if h in members} | set(replaced_boards(changes))
-    return sorted(set(leaving) | (moved - set(joining)))
+    decommissioning = set(_hosts(changes, "-decommission", "create"))
+    return sorted(set(leaving) | decommissioning | (moved - set(joining)))
 
 
 def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
@@ -341,6 +342,7 @@ def runbook(diff: Diff, stack: str = "prod",
     changes = diff.changes
     leaving = _hosts(changes, "-member", "delete")
     joining = _hosts(changes, "-kubeadm-join", "create")
+    decommissioning = _hosts(changes, "-decommission", "create")
     moves = cable_moves(changes, new_inputs)
     sms = sorted(h for c in changes if c.action in ("update", "create")
                  if (h := _suffix(c.name, "-opensm")) is not None)
@@ -360,6 +362,7 @@ def runbook(diff: Diff, stack: str = "prod",
     rebooting = any(_suffix(c.name, "-reboot") for c in changes
                     if c.action in ("create", "replace"))
     if not (leaving or joining or moves or sms or operators or prepared or kubelet or rebooting
+            or decommissioning
             or control_plane or rejoined or rehosted
             or any(a != "update" for a in switches.values())):
         return []
@@ -369,11 +372,26 @@ def runbook(diff: Diff, stack: str = "prod",
     # board's host gets its own step.
     boards = replaced_boards(changes)
     recabled = [h for h in drained_hosts(changes, new_inputs)
-                if h not in leaving and h not in boards]
+                if h not in leaving and h not in boards and h not in decommissioning]
+    decommissioned = set(_hosts(changes, "-decommission", "delete"))
+    for host in decommissioning:
+        steps.append(
+            f"decommission {host}: `pulumi up` cordons and drains it on the control plane "
+            "before anything that waits for the cluster changes (the jobs sized by node count "
+            "are resized after the drain); its cables, subnet-manager entries and membership "
+            "stay. In a later change remove it from gpuNodes (its range and decommission): "
+            "that change resets it and frees its ports")
     for host in leaving:
-        steps.append(f"cordon and drain {host} (first deletion of `pulumi up`: "
-                     f"kubectl cordon/drain on the control plane)")
-        steps.append(f"{host} leaves: kubeadm reset on {host}, only after its drain succeeded")
+        if host in decommissioned:
+            steps.append(f"{host} leaves, drained by its decommission: the Node is deleted, then "
+                         f"kubeadm reset on {host}")
+        else:
+            steps.append(
+                f"{host} leaves without a decommission first: `pulumi up` runs deletions after "
+                "creates and updates, so its port maps, the SM files and the jobs sized by node "
+                f"count change while it still runs work; its cordon and drain come last, then "
+                f"kubeadm reset on {host}. To drain first: list it in gpuNodes.decommission, "
+                "apply, then remove it")
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
                      f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")

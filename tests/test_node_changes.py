@@ -221,3 +221,52 @@ def test_a_new_board_is_drained_reseated_rejoined_with_a_fresh_token(project: Pa
     for r, leaf in enumerate(("r0-1", "r0-1", "r2-3", "r2-3", "r4-5", "r4-5", "r6-7", "r6-7")):
         assert f"rail {r}: leaf-su1-{leaf} port {1 + (r % 2) * 16 + 3}" in step
     assert "nodes drained: 1 (gpu-node-03)" in text
+
+
+def test_decommissioning_drains_first_and_the_removal_follows(project: Path) -> None:
+    """Two changes: marking gpu-node-07 for decommission cordons and drains it, and resizes
+    what is sized by node count after the drain, with nothing physical; removing it later
+    deletes only its own resources and changes the port maps and SM files, and nothing is
+    resized a second time."""
+    render_baseline(project)
+    edit_stack(project, lambda c: c["gpuNodes"].__setitem__("decommission", ["gpu-node-07"]))
+    diff, text = preview(project)
+    assert names(diff, "create") == {"gpu-node-07-decommission"}
+    assert names(diff, "replace") == SIZED_BY_NODE_COUNT
+    assert not names(diff, "delete")
+    assert names(diff, "update") == {"queue-acceptance"}  # 7 nodes of GPUs to test
+    assert "nodes drained: 1 (gpu-node-07)" in text
+    assert "decommission gpu-node-07: `pulumi up` cordons and drains it" in text
+
+    render_baseline(project)  # the decommission was applied
+    drain = rendered(project, "bootstrap", "command-remote-Command", "gpu-node-07-decommission")
+    assert "kubectl drain gpu-node-07" in drain["inputs"]["create"]
+    assert "delete" not in drain["inputs"]
+    # The resized job waits for the drain.
+    job = rendered(project, "workloads", "kubernetes-kubeflow.org-v1-MPIJob",
+                   "mpijob-training-nccl-allreduce")
+    assert drain["urn"] in job["options"]["dependsOn"]
+    edit_stack(project, lambda c: (seven_nodes(c), c["gpuNodes"].pop("decommission")))
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    diff, text = preview(project)
+    assert names(diff, "delete") == {n.format(h="gpu-node-07") for n in NODE_RESOURCES} | {
+        "gpu-node-07-decommission"}
+    assert not names(diff, "replace") and not names(diff, "create")
+    assert "gpu-node-07 leaves, drained by its decommission" in text
+
+
+def test_removing_a_node_without_decommission_says_the_drain_comes_last(project: Path) -> None:
+    render_baseline(project)
+    edit_stack(project, seven_nodes)
+    edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
+    _, text = preview(project)
+    assert "gpu-node-07 leaves without a decommission first" in text
+    assert "list it in gpuNodes.decommission, apply, then remove it" in text
+
+
+def test_decommissioning_an_unknown_node_is_refused(project: Path) -> None:
+    edit_stack(project, lambda c: c["gpuNodes"].__setitem__("decommission", ["gpu-node-70"]))
+    proc = run_offline(project, "preview")
+    assert proc.returncode == 2
+    assert "gpuNodes.decommission[0]: is not a GPU node of this stack (got 'gpu-node-70')" \
+        in proc.stderr

@@ -416,6 +416,27 @@ def drain_script(node: str) -> str:
     )
 
 
+def decommission_script(node: str) -> str:
+    """Run on the control plane when a node is marked for decommissioning: cordon and drain
+    it now, in this update; its removal (delete the Node, kubeadm reset) comes in a later one.
+    """
+    return dedent(
+        f"""\
+        #!/usr/bin/env bash
+        # Decommission {node}: cordon and drain — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        export KUBECONFIG=/etc/kubernetes/admin.conf
+        member="$(kubectl get node {node} --ignore-not-found -o name)"
+        if [ -z "$member" ]; then
+          echo "{node} is not a cluster member; nothing to drain"
+          exit 0
+        fi
+        kubectl cordon {node}
+        kubectl drain {node} --ignore-daemonsets --delete-emptydir-data --timeout=30m
+        """
+    )
+
+
 def leave_script(node: str) -> str:
     """Run on the worker only after the drain succeeded (Pulumi deletes dependents first)."""
     return dedent(

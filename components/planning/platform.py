@@ -470,7 +470,7 @@ def queue_capabilities(cluster: Cluster) -> dict[str, int]:
     }
     test = cluster.workloads.nccl_test
     if test is not None:
-        caps["acceptance"] = (test.nodes or len(cluster.nodes)) * gpus
+        caps["acceptance"] = (test.nodes or len(cluster.in_service_nodes)) * gpus
     return caps
 
 

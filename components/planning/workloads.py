@@ -338,7 +338,7 @@ def training_objects(cluster: Cluster, job: TrainingJob) -> list[dict]:
 
 
 def nccl_test_nodes(cluster: Cluster, test: NcclTest) -> int:
-    return test.nodes or len(cluster.nodes)
+    return test.nodes or len(cluster.in_service_nodes)
 
 
 def nccl_floor_gbs(cluster: Cluster, test: NcclTest) -> float:
