@@ -170,7 +170,12 @@ def test_joins_take_their_credentials_on_stdin_and_the_script_as_the_command(
         assert script.read_text().strip() in create.replace("'\"'\"'", "'")
         assert r["inputs"]["stdin"] == "[secret]"      # the token and the CA hash
         assert "--preserve-env" not in create
-        assert r["options"]["ignoreChanges"] == ["stdin"]  # a new token never re-runs a join
+        # A new token re-runs the guarded join: a no-op on a joined node, the join on a new
+        # board. Only a new board (its SSH host key) mints a new token.
+        assert r["options"]["ignoreChanges"] == []
+        token = next(t for t in prod if t["name"] == f"{host}-join-token")
+        node = next(n for n in prod if n["name"] == f"{host}-prepare")
+        assert token["inputs"]["triggers"] == [node["inputs"]["connection"]["hostKey"]]
 
 
 # ---------------------------------------------------------------- 3. bring-up order
