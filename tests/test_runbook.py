@@ -48,8 +48,11 @@ def test_remove_a_node(project: Path) -> None:
         leaf, port = f"leaf-su1-r{k // 2 * 2}-{k // 2 * 2 + 1}", 1 + (k % 2) * 16 + 7
         assert any(f"{leaf} port {port} <-> gpu-node-07 rail {k} ({hca})" in p for p in pulls)
     assert all("[optical cross-rack]" in p for p in pulls)
-    assert first(lines, "cordon and drain gpu-node-07") < first(lines, "kubeadm reset on")
-    assert first(lines, "kubeadm reset on") < first(lines, "pull")
+    # Not decommissioned first: the step says the drain comes last, before the reset, and
+    # the cables come out after it.
+    leaves = lines[first(lines, "gpu-node-07 leaves")]
+    assert "its cordon and drain come last, then kubeadm reset on gpu-node-07" in leaves
+    assert first(lines, "gpu-node-07 leaves") < first(lines, ". pull ")
     assert any("make verify-fabric" in line for line in lines)
 
 
