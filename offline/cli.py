@@ -80,11 +80,26 @@ def _render(project: Path, args: argparse.Namespace, policy_config: Path | None 
 
 def cmd_preview(args: argparse.Namespace) -> int:
     project = Path(args.project_dir).resolve()
-    r = _render(project, args, Path(args.policy_config) if args.policy_config else None)
+    if args.baseline and args.render:
+        print("--baseline compares with another stack's rendering; --render writes this "
+              f"stack's own (rendered/{args.stack}/): use one or the other", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.baseline and not (project / "rendered" / args.baseline).is_dir():
+        print(f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
+              f"(make render STACK={args.baseline})", file=sys.stderr)
+        return EXIT_CONFIG
+    policy_config = Path(args.policy_config) if args.policy_config else None
+    own = project / "policies" / f"policy-config.{args.stack}.json"
+    theirs = project / "policies" / f"policy-config.{args.baseline}.json"
+    if policy_config is None and args.baseline and not own.is_file() and theirs.is_file():
+        # A scratch copy of a stack is judged as that stack would be.
+        policy_config = theirs
+        print(f"policies: {theirs.relative_to(project)} (the baseline's; {args.stack} has none)")
+    r = _render(project, args, policy_config)
     if isinstance(r, int):
         return r
     write_tree(project / "build" / args.stack, r.build)
-    diff, current = diff_against_rendered(project, args.stack, r)
+    diff, current = diff_against_rendered(project, args.stack, r, args.baseline)
     # The same diff as data, for tools (and tests) that act on what a change touches.
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
     new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
@@ -92,7 +107,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     verdict = impact(diff, new_inputs)
     (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
-    label = f"rendered/{args.stack}"
+    label = f"rendered/{args.baseline or args.stack}"
     if args.render:
         n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
         print(f"rendered/{args.stack}: {len(r.rendered)} files, {n} written or removed")
@@ -162,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--render", action="store_true",
                    help="rewrite rendered/<stack>/ to match (removing files of gone resources)")
+    p.add_argument("--baseline", metavar="STACK",
+                   help="diff against rendered/<STACK>/ instead of this stack's own: preview a "
+                        "change in a scratch stack (a copy of Pulumi.<STACK>.yaml) beside it")
     p.add_argument("--quiet", action="store_true", help="totals and mandatory violations only")
     p.add_argument("--timings", action="store_true",
                    help="print seconds spent in the program, rendering and policies (JSON)")

@@ -209,7 +209,17 @@ def sync_tree(root: Path, files: Mapping[str, str], current: Mapping[str, str]) 
     return touched
 
 
-def diff_against_rendered(project_dir: Path, stack: str, rendering: Rendering
-                          ) -> tuple[Diff, dict[str, str]]:
-    current = read_tree(project_dir / "rendered" / stack)
+def diff_against_rendered(project_dir: Path, stack: str, rendering: Rendering,
+                          baseline: str | None = None) -> tuple[Diff, dict[str, str]]:
+    """The diff against rendered/<stack>/, or against another stack's rendering (`baseline`),
+    its URNs read as this stack's (a URN carries the stack name), so a change can be previewed
+    in a scratch stack beside prod without touching prod's stack file."""
+    current = read_tree(project_dir / "rendered" / (baseline or stack))
+    if baseline and baseline != stack:
+        project = rendering.config.project
+        renames = ((f"urn:pulumi:{baseline}::", f"urn:pulumi:{stack}::"),  # every URN
+                   (f"pulumi:pulumi:Stack::{project}-{baseline}",  # the stack resource's name
+                    f"pulumi:pulumi:Stack::{project}-{stack}"))
+        for old, new in renames:
+            current = {path: text.replace(old, new) for path, text in current.items()}
     return diff_trees(current, rendering.rendered, rendering.rendered_docs), current

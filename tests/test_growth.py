@@ -7,6 +7,7 @@ operator would (stack file and inventory rows for the new nodes), and previews.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,22 @@ def test_a_change_without_hardware_says_so_in_one_line(project: Path) -> None:
     stack.write_text(stack.read_text().replace("version: 4.13.3", "version: 4.13.4"))
     out, steps = preview(project)
     assert out[0] == "Impact: no cable, switch or node is touched; no running work is drained."
+
+
+def test_a_scratch_stack_previews_against_prods_rendering(project: Path) -> None:
+    """`--baseline prod`: a change tried in a copy of the prod stack file diffs against prod's
+    rendering (its URNs read as the scratch stack's), so the preview shows the change alone."""
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (project / "Pulumi.prod.yaml").read_text()
+    (project / "Pulumi.scratch.yaml").write_text(text.replace("version: 4.13.3",
+                                                              "version: 4.13.4"))
+    proc = run_offline(project, "preview", "--stack", "scratch", "--baseline", "prod")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    diff = json.loads((project / "build/scratch/diff.json").read_text())
+    assert [(c["action"], c["name"]) for c in diff] == [("update", "ingress-nginx")]
+    assert "Changes against rendered/prod: 0 to create, 1 to update" in proc.stdout
+    alone = run_offline(project, "preview", "--stack", "scratch")  # its own (no) rendering
+    assert "171 to create" in alone.stdout
+    both = run_offline(project, "preview", "--stack", "scratch", "--baseline", "prod", "--render")
+    assert both.returncode == 2 and "use one or the other" in both.stderr
