@@ -241,6 +241,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                 cluster, platform.training_namespaces(cluster)),
             training_operator_dir=platform.TRAINING_OPERATOR_DIR,
             priority_classes=platform.priority_classes(),
+            wait_connection=cp.connection,
         ), pulumi.ResourceOptions(depends_on=after_kube))
 
         # storage

@@ -3,13 +3,17 @@ ingress, metrics — all through the bootstrap layer's Kubernetes provider."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import apply
-from components.planning.platform import Release
+from components.planning.platform import ROLLOUT_READY, Release, rollout_wait_command
+from components.remote import remote_command
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class PlatformArgs:
     network_attachments: list[dict]
     priority_classes: list[dict]
     training_operator_dir: str  # our kustomization (upstream overlay + gang-scheduling patch)
+    # Where `pulumi up` waits for the operators' rollouts (the first control plane); None: no wait
+    wait_connection: Any = None
 
 
 class Platform(pulumi.ComponentResource):
@@ -64,6 +70,16 @@ class Platform(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=[release, *self.namespaces.values()]))
             self.objects[rel.name] = [apply(m, after_release)
                                       for m in args.release_objects.get(rel.name, [])]
+            if rel.name in ROLLOUT_READY and args.wait_connection is not None:
+                # A new chart or values (a new driver) re-runs the wait; releases listed after
+                # this one wait for it too (GPU after network operator).
+                changed = hashlib.sha256(json.dumps(
+                    [rel.chart.version, rel.values], sort_keys=True).encode()).hexdigest()[:16]
+                self.objects[rel.name].append(remote_command(
+                    f"{rel.name}-rollout", connection=args.wait_connection,
+                    create=rollout_wait_command(rel.name), triggers=[changed],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                        release, *self.objects[rel.name]])))
         unknown = set(args.release_objects) - set(self.releases)
         if unknown:
             raise ValueError(f"objects for releases that are not installed: {sorted(unknown)}")

@@ -415,10 +415,14 @@ def runbook(diff: Diff, stack: str = "prod",
         steps.append(f"{host} joins: host preparation, its own join token, guarded kubeadm "
                      "join, placement labels")
     for name in operators:
+        policy = ("NicClusterPolicy" if name == "network-operator" else "ClusterPolicy")
         steps.append(f"upgrade {name}" + (
             " first (DOCA/OFED driver pods upgrade one node at a time, each drained)"
             if name == "network-operator" else
-            " after the network operator (GPU driver upgrades one node at a time, drained)"))
+            " after the network operator (GPU driver upgrades one node at a time, drained)")
+            + ": the chart's pre-upgrade hook applies its new CRDs, and `pulumi up` waits "
+            f"({name}-rollout, up to 2 h) until the {policy} reports ready on every node "
+            "before it goes on")
     if kubelet is not None:
         steps.extend(_kubelet_roll(kubelet, joining, new_inputs))
     for host in control_plane:

@@ -270,3 +270,24 @@ def test_decommissioning_an_unknown_node_is_refused(project: Path) -> None:
     assert proc.returncode == 2
     assert "gpuNodes.decommission[0]: is not a GPU node of this stack (got 'gpu-node-70')" \
         in proc.stderr
+
+
+def test_a_gpu_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
+    """A new GPU driver: the GPU Operator release changes and `pulumi up` waits, on the control
+    plane, until its ClusterPolicy says every node runs it; the CRDs come with the chart's
+    pre-upgrade hook. The network operator's wait is not re-run."""
+    render_baseline(project)
+    edit_stack(project, lambda c: c["platform"]["gpuOperator"].__setitem__(
+        "driverVersion", "580.105.08"))
+    diff, text = preview(project)
+    assert names(diff, "update") == {"gpu-operator"}
+    assert names(diff, "replace") == {"gpu-operator-rollout"}
+    wait = rendered(project, "platform", "command-remote-Command", "gpu-operator-rollout")
+    assert ("kubectl --kubeconfig /etc/kubernetes/admin.conf wait "
+            "clusterpolicies.nvidia.com/cluster-policy --for=jsonpath='{.status.state}'=ready"
+            in wait["inputs"]["create"])
+    release = rendered(project, "platform", "kubernetes-helm.sh-v3-Release", "gpu-operator")
+    assert release["urn"] in wait["options"]["dependsOn"]
+    assert release["inputs"]["values"]["operator"]["upgradeCRD"] is True
+    step = next(line for line in text.splitlines() if "upgrade gpu-operator" in line)
+    assert "waits (gpu-operator-rollout" in step and "ClusterPolicy reports ready" in step

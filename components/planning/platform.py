@@ -127,6 +127,23 @@ def volcano_scheduler_config() -> str:
     ])
 
 
+# What `pulumi up` waits for after an operator's release changes: its policy's own state,
+# `ready` once every node runs the new driver (the operators roll drivers out node by node,
+# drained) — the CRDs' status.state enums: ClusterPolicy ignored|ready|notReady, NicClusterPolicy
+# ignore|notReady|ready|error.
+ROLLOUT_READY = {
+    "network-operator": "nicclusterpolicies.mellanox.com/nic-cluster-policy",
+    "gpu-operator": "clusterpolicies.nvidia.com/cluster-policy",
+}
+ROLLOUT_TIMEOUT = "120m"
+
+
+def rollout_wait_command(release: str) -> str:
+    """Run on the control plane: wait until the operator reports every node rolled out."""
+    return (f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf wait {ROLLOUT_READY[release]} "
+            f"--for=jsonpath='{{.status.state}}'=ready --timeout={ROLLOUT_TIMEOUT}")
+
+
 def helm_releases(cluster: Cluster) -> list[Release]:
     """Every chart, in installation order (each release only names releases listed before),
     each with the placement that gives all of its pods a node (release_placement)."""
@@ -174,10 +191,12 @@ def _releases(cluster: Cluster) -> list[Release]:
             },
         }, after=("metallb", "cert-manager", "prometheus")),
         Release("network-operator", p.network_operator, {
+            "upgradeCRDs": True,  # the chart's pre-upgrade hook applies the new CRDs
             "nfd": {"enabled": True},
             "sriovNetworkOperator": {"enabled": False},
         }, after=("calico",)),
         Release("gpu-operator", gpu, {
+            "operator": {"upgradeCRD": True},  # the chart's pre-upgrade hook applies the CRDs
             # Node Feature Discovery comes with the Network Operator; one instance only.
             "nfd": {"enabled": False},
             "driver": {
