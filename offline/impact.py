@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .diff import Diff
-from .runbook import CableMove, cable_moves, cabling, drained_hosts, rebooted_hosts, switch_changes
+from .runbook import (
+    CableMove,
+    cable_moves,
+    cabling,
+    drained_hosts,
+    kubernetes_upgrade,
+    rebooted_hosts,
+    switch_changes,
+)
 
 
 def _span(hosts: list[str]) -> str:
@@ -35,10 +43,15 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     retired = sorted(sw for sw, a in switches.items() if a == "delete")
     drained = drained_hosts(changes, new_inputs)
     rebooted = rebooted_hosts(changes)
+    upgrade = kubernetes_upgrade(changes)
     if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
-            or drained or rebooted):
+            or drained or rebooted or upgrade):
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:"]
+    if upgrade:
+        old, new, _ = upgrade
+        lines.append(f"  Kubernetes {old} -> {new}: kubeadm upgrade by the runbook's steps, "
+                     "every node drained in turn (REFUSED if it skips a minor or goes back)")
     moved = work.existing_links_moved
     lines.append(
         f"  existing links moved: {moved}"

@@ -164,6 +164,75 @@ def _control_plane_settings(changes: Iterable[Change], kubelet: Change | None) -
     return sorted(hosts)
 
 
+_VERSION_LINE = re.compile(r"^[-+]\s*kubernetesVersion: v(\d+)\.(\d+)\.(\d+)$")
+_PKG_LINE = re.compile(r'^\+KUBE_PKG_VERSION="([^"]+)"$')
+
+
+def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None:
+    """(old version, new version, new package version) when the control plane's
+    kubernetesVersion changes, else None."""
+    old = new = pkg = None
+    for c in changes:
+        for line in c.text_diffs.get("stdin", []):
+            m = _VERSION_LINE.match(line)
+            if m and c.name.endswith("-kubeadm-init"):
+                version = ".".join(m.groups())
+                old, new = (version, new) if line.startswith("-") else (old, version)
+            if (p := _PKG_LINE.match(line)) is not None:
+                pkg = p.group(1)
+    if not (old and new and old != new):
+        return None
+    return old, new, pkg or f"{new}-*"
+
+
+def _other_than_version(change: Change) -> bool:
+    return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get("stdin", []))
+
+
+def _upgrade_steps(old: str, new: str, pkg: str,
+                   new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """kubeadm's upgrade procedure: the first control plane (`upgrade apply`), the others
+    (`upgrade node`), then the workers, each drained; kubeadm before kubelet and kubectl, one
+    minor at a time (the version skew policy)."""
+    o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
+    if n < o or n[1] - o[1] > 1 or n[0] != o[0]:
+        return [f"REFUSED Kubernetes {old} -> {new}: kubeadm upgrades one minor version at a time "
+                "and never downgrades (version skew policy). Do not apply this change: set "
+                f"kubernetes.version to a 1.{o[1] + 1} release first, apply and upgrade, then "
+                "the next"]
+    names = [urn.rpartition("::")[2] for urn in new_inputs or {}]
+    first = next((h for x in names if (h := _suffix(x, "-kubeadm-init"))), "the first control "
+                 "plane")
+    others = sorted(h for x in names if (h := _suffix(x, "-kubeadm-join")) and h != first
+                    and f"{h}-member" not in names)
+    workers = sorted(h for x in names if (h := _suffix(x, "-member")))
+    install = ("apt-get install -y --allow-change-held-packages {pkgs} && apt-mark hold "
+               "kubeadm kubelet kubectl")
+    kubelet = (install.format(pkgs=f"kubelet={pkg} kubectl={pkg}")
+               + " && systemctl daemon-reload && systemctl restart kubelet")
+    steps = [
+        f"Kubernetes upgrade {old} -> {new}, the kubeadm way: `pulumi up` points the package "
+        f"repository at v{n[0]}.{n[1]} and installs nothing on running hosts; these steps "
+        "upgrade them, in this order",
+        f"on {first}: {install.format(pkgs=f'kubeadm={pkg}')}; kubeadm upgrade plan v{new}; "
+        f"kubeadm upgrade apply -y v{new}; then kubectl drain {first} --ignore-daemonsets, "
+        f"{kubelet}, kubectl uncordon {first}",
+    ]
+    if others:
+        steps.append(f"on each other control plane, one at a time ({', '.join(others)}): "
+                     f"{install.format(pkgs=f'kubeadm={pkg}')}; kubeadm upgrade node; drain, "
+                     f"{kubelet}, uncordon")
+    if workers:
+        which = _span(workers) if len(workers) > 2 else ", ".join(workers)
+        steps.append(
+            f"then each GPU node, one at a time ({which}): kubectl drain <node> "
+            "--ignore-daemonsets --delete-emptydir-data (PodDisruptionBudgets hold it back; "
+            "let a running gang job finish or checkpoint first rather than evict one of its "
+            f"workers); on the node {install.format(pkgs=f'kubeadm={pkg}')}, kubeadm upgrade "
+            f"node, {kubelet}; kubectl uncordon <node>")
+    return steps
+
+
 def _sm_step(changes: Iterable[Change], sms: list[str],
              new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
     """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (whose
@@ -354,6 +423,13 @@ def runbook(diff: Diff, stack: str = "prod",
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
+    upgrade = kubernetes_upgrade(changes)
+    if upgrade is not None:
+        # The upgrade steps carry the version; only other settings need their own steps.
+        if kubelet is not None and not _other_than_version(kubelet):
+            kubelet = None
+        control_plane = [h for h in control_plane if _other_than_version(
+            next(c for c in changes if c.name == f"{h}-kubeadm-init"))]
     # A joined node's guarded join does nothing when re-run: its changed settings stay unapplied.
     # (A join script is the command itself; its credentials are its stdin.)
     rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
@@ -362,6 +438,7 @@ def runbook(diff: Diff, stack: str = "prod",
     rebooting = any(_suffix(c.name, "-reboot") for c in changes
                     if c.action in ("create", "replace"))
     if not (leaving or joining or moves or sms or operators or prepared or kubelet or rebooting
+            or upgrade
             or decommissioning
             or control_plane or rejoined or rehosted
             or any(a != "update" for a in switches.values())):
@@ -423,6 +500,8 @@ def runbook(diff: Diff, stack: str = "prod",
             + ": the chart's pre-upgrade hook applies its new CRDs, and `pulumi up` waits "
             f"({name}-rollout, up to 2 h) until the {policy} reports ready on every node "
             "before it goes on")
+    if upgrade is not None:
+        steps.extend(_upgrade_steps(*upgrade, new_inputs))
     if kubelet is not None:
         steps.extend(_kubelet_roll(kubelet, joining, new_inputs))
     for host in control_plane:

@@ -559,3 +559,19 @@ def test_kubelets_serve_without_a_csr_nobody_approves() -> None:
     assert kubeadm.kubelet_configuration(CLUSTER)["serverTLSBootstrap"] is False
     for name in ("kubeadm-init.sh", "kubelet-config.sh"):
         assert "serverTLSBootstrap: false" in script(CP, name)
+
+
+def test_a_new_kubernetes_version_installs_nothing_on_a_running_host(tmp_path: Path) -> None:
+    """A host at 1.34 prepared for 1.35: the script points apt at the new minor's repository
+    but leaves kubeadm, kubelet and kubectl alone (the runbook's kubeadm upgrade moves them, the
+    control plane first); a bump here would put the kubelet ahead of the API server."""
+    sb = sandbox(tmp_path, CP)
+    sb.install_packages("containerd")
+    for pkg in ("kubeadm", "kubelet", "kubectl"):
+        (sb.state / "pkgs" / pkg).write_text("1.34.2-1.1\n")
+    run = ok(sb.run(script(CP, "prepare-host.sh")))
+    assert not [c for c in run.find("apt-get", "install") if any("kube" in a for a in c)]
+    assert "Kubernetes packages stay at 1.34.2-1.1" in run.stdout
+    assert (sb.state / "pkgs" / "kubelet").read_text() == "1.34.2-1.1\n"
+    sources = sb.path("/etc/apt/sources.list.d/kubernetes.list").read_text()
+    assert "core:/stable:/v1.35/deb" in sources

@@ -7,6 +7,7 @@ inventory), previews, and reads `build/prod/diff.json`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,39 @@ def test_a_gpu_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
     assert release["inputs"]["values"]["operator"]["upgradeCRD"] is True
     step = next(line for line in text.splitlines() if "upgrade gpu-operator" in line)
     assert "waits (gpu-operator-rollout" in step and "ClusterPolicy reports ready" in step
+
+
+def test_a_kubernetes_upgrade_is_kubeadms_sequence_and_bumps_no_package(project: Path) -> None:
+    """1.35.2 -> 1.35.3: host preparation installs nothing on running hosts (a package bump
+    there would put kubelets ahead of the API server); the runbook gives kubeadm's order: the
+    first control plane (`upgrade apply`), then each GPU node drained (`upgrade node`), kubeadm
+    before kubelet and kubectl."""
+    render_baseline(project)
+    edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.35.3"))
+    diff, text = preview(project)
+    assert names(diff, "update") == {*(f"{h}-prepare" for h in [*GPU_NODES, "mgmt-01"]),
+                                     "mgmt-01-kubeadm-init", "kubelet-config"}
+    steps = [line.split(". ", 1)[1] for line in text.splitlines()
+             if re.match(r"^  \d+\. ", line)]
+    at = {key: next(i for i, s in enumerate(steps) if s.startswith(key))
+          for key in ("Kubernetes upgrade 1.35.2 -> 1.35.3", "on mgmt-01:",
+                      "then each GPU node")}
+    assert list(at.values()) == sorted(at.values())
+    first = steps[at["on mgmt-01:"]]
+    assert first.index("kubeadm=1.35.3-1.1") < first.index("kubeadm upgrade apply -y v1.35.3") \
+        < first.index("kubelet=1.35.3-1.1")
+    assert "kubeadm upgrade node" in steps[at["then each GPU node"]]
+    assert not any(s.startswith(("control-plane settings change", "roll it to")) for s in steps)
+
+
+def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(
+        project: Path) -> None:
+    edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.33.5"))
+    render_baseline(project)
+    edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.35.2"))
+    proc = run_offline(project, "preview")
+    assert "REFUSED Kubernetes 1.33.5 -> 1.35.2" in proc.stdout, proc.stdout + proc.stderr
+    assert "set kubernetes.version to a 1.34 release first" in proc.stdout
+    assert "kubeadm upgrade apply" not in proc.stdout
+    edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.32.9"))
+    assert "REFUSED Kubernetes 1.33.5 -> 1.32.9" in run_offline(project, "preview").stdout

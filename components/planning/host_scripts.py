@@ -81,11 +81,18 @@ if ! grep -qsF "$KUBE_REPO/ /" /etc/apt/sources.list.d/kubernetes.list; then
 fi
 
 # --- kubeadm, kubelet, kubectl pinned to the cluster's Kubernetes version -------------------
-if [ "$(dpkg-query -W -f='${Version}' kubeadm 2>/dev/null || true)" != "$KUBE_PKG_VERSION" ]; then
+# Installed once. A different version on a running host is an upgrade: kubeadm first, the
+# control plane before any kubelet, one node at a time (the runbook's steps), never a package
+# bump here, which would put kubelets ahead of the API server.
+installed_kubeadm="$(dpkg-query -W -f='${Version}' kubeadm 2>/dev/null || true)"
+if [ -z "$installed_kubeadm" ]; then
   log "installing Kubernetes $KUBE_PKG_VERSION packages"
   apt-get install -y --allow-change-held-packages \
     "kubeadm=$KUBE_PKG_VERSION" "kubelet=$KUBE_PKG_VERSION" "kubectl=$KUBE_PKG_VERSION"
   apt-mark hold kubeadm kubelet kubectl
+elif [ "$installed_kubeadm" != "$KUBE_PKG_VERSION" ]; then
+  log "Kubernetes packages stay at $installed_kubeadm: the change to $KUBE_PKG_VERSION is a" \
+    "kubeadm upgrade (the preview's runbook lists its steps)"
 fi
 systemctl is-enabled --quiet kubelet || systemctl enable kubelet
 """
