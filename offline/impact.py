@@ -22,6 +22,7 @@ from .runbook import (
     kubernetes_upgrade,
     rebooted_hosts,
     switch_changes,
+    upgrade_refused,
 )
 
 
@@ -50,8 +51,10 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     lines = ["Impact on hardware and running work:"]
     if upgrade:
         old, new, _ = upgrade
-        lines.append(f"  Kubernetes {old} -> {new}: kubeadm upgrade by the runbook's steps, "
-                     "every node drained in turn (REFUSED if it skips a minor or goes back)")
+        refused = upgrade_refused(old, new)
+        lines.append(f"  Kubernetes {old} -> {new}: " + (
+            "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)" if refused
+            else "kubeadm upgrade by the runbook's steps, every node drained in turn"))
     moved = work.existing_links_moved
     lines.append(
         f"  existing links moved: {moved}"
@@ -67,7 +70,10 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if rebooted:
         lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
                      "member at a time")
-    if moved or drained:
+    if upgrade and not upgrade_refused(*upgrade[:2]):
+        lines.append("  outage: each node's jobs are evicted in turn; the control plane's API "
+                     "blips while it upgrades")
+    elif moved or drained:
         lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
                      "maintenance window" + (" for the re-cabling" if moved else ""))
     else:

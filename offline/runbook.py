@@ -185,6 +185,12 @@ def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None
     return old, new, pkg or f"{new}-*"
 
 
+def upgrade_refused(old: str, new: str) -> bool:
+    """kubeadm's version skew policy: one minor at a time, never back."""
+    o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
+    return n < o or n[0] != o[0] or n[1] - o[1] > 1
+
+
 def _other_than_version(change: Change) -> bool:
     return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get("stdin", []))
 
@@ -195,7 +201,7 @@ def _upgrade_steps(old: str, new: str, pkg: str,
     (`upgrade node`), then the workers, each drained; kubeadm before kubelet and kubectl, one
     minor at a time (the version skew policy)."""
     o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
-    if n < o or n[1] - o[1] > 1 or n[0] != o[0]:
+    if upgrade_refused(old, new):
         return [f"REFUSED Kubernetes {old} -> {new}: kubeadm upgrades one minor version at a time "
                 "and never downgrades (version skew policy). Do not apply this change: set "
                 f"kubernetes.version to a 1.{o[1] + 1} release first, apply and upgrade, then "

@@ -315,6 +315,8 @@ def test_a_kubernetes_upgrade_is_kubeadms_sequence_and_bumps_no_package(project:
         < first.index("kubelet=1.35.3-1.1")
     assert "kubeadm upgrade node" in steps[at["then each GPU node"]]
     assert not any(s.startswith(("control-plane settings change", "roll it to")) for s in steps)
+    assert "  Kubernetes 1.35.2 -> 1.35.3: kubeadm upgrade by the runbook's steps" in text
+    assert "outage: each node's jobs are evicted in turn" in text
 
 
 def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(
@@ -324,6 +326,7 @@ def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(
     edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.35.2"))
     proc = run_offline(project, "preview")
     assert "REFUSED Kubernetes 1.33.5 -> 1.35.2" in proc.stdout, proc.stdout + proc.stderr
+    assert "  Kubernetes 1.33.5 -> 1.35.2: REFUSED, it skips a minor" in proc.stdout
     assert "set kubernetes.version to a 1.34 release first" in proc.stdout
     assert "kubeadm upgrade apply" not in proc.stdout
     edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.32.9"))
