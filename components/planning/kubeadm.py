@@ -393,12 +393,15 @@ def join_script(cluster: Cluster, node: GpuNode) -> str:
              credentials=_read_credentials(WORKER_CREDENTIALS))
 
 
-def drain_script(node: str) -> str:
-    """Run on the control plane before a worker leaves: cordon, drain, delete the Node."""
+def drain_script(node: str, remove: bool = True) -> str:
+    """Run on the control plane before a worker leaves: cordon, drain, delete the Node (or,
+    `remove=False`, only cordon and drain: a decommission)."""
+    title = (f"Remove {node} from the cluster" if remove
+             else f"Decommission {node}: cordon and drain")
     return dedent(
         f"""\
         #!/usr/bin/env bash
-        # Remove {node} from the cluster — rendered by gpu-cluster; do not edit.
+        # {title} — rendered by gpu-cluster; do not edit.
         set -euo pipefail
         export KUBECONFIG=/etc/kubernetes/admin.conf
         # Only a NotFound answer means "not a member": an unreachable API server fails the
@@ -411,30 +414,15 @@ def drain_script(node: str) -> str:
         fi
         kubectl cordon {node}
         kubectl drain {node} --ignore-daemonsets --delete-emptydir-data --timeout=30m
-        kubectl delete node {node}
         """
-    )
+    ) + (f"kubectl delete node {node}\n" if remove else "")
 
 
 def decommission_script(node: str) -> str:
     """Run on the control plane when a node is marked for decommissioning: cordon and drain
     it now, in this update; its removal (delete the Node, kubeadm reset) comes in a later one.
     """
-    return dedent(
-        f"""\
-        #!/usr/bin/env bash
-        # Decommission {node}: cordon and drain — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        export KUBECONFIG=/etc/kubernetes/admin.conf
-        member="$(kubectl get node {node} --ignore-not-found -o name)"
-        if [ -z "$member" ]; then
-          echo "{node} is not a cluster member; nothing to drain"
-          exit 0
-        fi
-        kubectl cordon {node}
-        kubectl drain {node} --ignore-daemonsets --delete-emptydir-data --timeout=30m
-        """
-    )
+    return drain_script(node, remove=False)
 
 
 def leave_script(node: str) -> str:
