@@ -6,6 +6,7 @@ each receives only plain data and the resources it must wait for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from components.bootstrap import (
     ControlPlaneHost,
     KubeadmCluster,
     KubeadmClusterArgs,
+    KubernetesUpgrade,
     PlannedReboot,
 )
 from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
@@ -37,8 +39,10 @@ from components.planning import (
     placement,
     platform,
     reboot,
+    ssh_keys,
     storage,
     switch_config,
+    upgrade,
     workloads,
 )
 from components.planning.fabric.model import FabricPlan
@@ -138,6 +142,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                                          node.bmc_address)
     for host, args in host_args.items():
         artifacts[f"scripts/{host}/prepare-host.sh"] = args.prepare_script
+        if args.authorized_keys_script:
+            artifacts[f"scripts/{host}/ssh-keys.sh"] = args.authorized_keys_script
     hardware = Hardware("hardware", host_args) if host_args else None
 
     # fabric
@@ -196,6 +202,14 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             for i, step in enumerate(("check", "drain", "reboot", "after_boot", "uncordon"), 1):
                 artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
                     getattr(plan, step)
+        kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
+        for host, script in kube_upgrade.control_planes.items():
+            artifacts[f"scripts/{host}/kubernetes-upgrade.sh"] = script
+        for host in kube_upgrade.nodes:
+            for i, (step, scripts) in enumerate((("drain", kube_upgrade.drains),
+                                                 ("node", kube_upgrade.nodes),
+                                                 ("uncordon", kube_upgrade.uncordons)), 1):
+                artifacts[f"scripts/{host}/kubernetes-upgrade/{i}-{step}.sh"] = scripts[host]
         leaves = placement.rail_leaves(fabric_plan)
         assert hardware is not None
         kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
@@ -213,6 +227,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             kubelet_config_script=kubelet_script,
             reboots=reboots,
             decommission=frozenset(cluster.gpu_nodes.decommission),
+            upgrade=kube_upgrade,
         ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
     provider = kube.provider if kube is not None else None
     if provider is None and reference is not None:
@@ -317,6 +332,27 @@ def _control_plane_host(cluster: Cluster, secrets: Secrets,
         str(host.management_ip), cluster.ssh_user, secrets.ssh_private_key, host.ssh_host_key))
 
 
+def _kubernetes_upgrade(cluster: Cluster, nodes: Sequence[GpuNode],
+                        core: bool) -> KubernetesUpgrade:
+    """The upgrade commands this stack runs: the control planes (only where it inits the
+    cluster), its GPU nodes in batches."""
+    first = cluster.control_plane[0].hostname
+    control_planes = {h.hostname: upgrade.control_plane_script(cluster, h.hostname,
+                                                               h.hostname == first)
+                      for h in cluster.control_plane} if core else {}
+    # Nodes being decommissioned too: still members until removed, and a second drain of a
+    # drained node is a no-op.
+    workers = [n.hostname for n in nodes]
+    batches = upgrade.batches(workers, cluster.kubernetes.upgrade_batch)
+    batch_of = {h: b for b in batches for h in b}
+    return KubernetesUpgrade(
+        control_planes=control_planes,
+        drains={h: upgrade.drain_script(cluster, h, batch_of[h]) for h in workers},
+        nodes={h: upgrade.node_script(cluster, h) for h in workers},
+        uncordons={h: upgrade.uncordon_script(cluster, h) for h in workers},
+        batches=batches)
+
+
 def _planned_reboot(node: GpuNode) -> PlannedReboot:
     host = node.hostname
     return PlannedReboot(
@@ -329,10 +365,15 @@ def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address:
           host_key: str | None, script: str, bmc_address: Any) -> BareMetalNodeArgs:
     redfish = (bmc.redfish_command(cluster.bmc, str(bmc_address))
                if cluster.bmc and bmc_address else None)
+    creds = cluster.credentials
+    keys = (ssh_keys.authorized_keys_script(
+        cluster.ssh_user, (creds.ssh_public_key, *creds.ssh_authorized_keys))
+        if creds.ssh_public_key else None)
     return BareMetalNodeArgs(hostname=hostname, role=role, address=address,
                              ssh_user=cluster.ssh_user, ssh_private_key=secrets.ssh_private_key,
                              ssh_host_key=host_key, prepare_script=script,
-                             bmc_command=redfish, bmc_password=secrets.bmc_password)
+                             bmc_command=redfish, bmc_password=secrets.bmc_password,
+                             authorized_keys_script=keys)
 
 
 def _ha_joins(c: Cluster) -> str:

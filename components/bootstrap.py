@@ -45,6 +45,19 @@ class PlannedReboot:
 
 
 @dataclass(frozen=True)
+class KubernetesUpgrade:
+    """kubeadm's upgrade as commands (components/planning/upgrade.py), each a no-op where the
+    packages already are at the target: the control planes in order, then the GPU nodes in
+    batches, each drained (control plane), upgraded (node) and uncordoned (control plane)."""
+
+    control_planes: dict[str, str]  # host -> script; the init host is first
+    drains: dict[str, str]
+    nodes: dict[str, str]
+    uncordons: dict[str, str]
+    batches: list[tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class KubeadmClusterArgs:
     cluster_name: str
     init_host: ControlPlaneHost
@@ -65,6 +78,7 @@ class KubeadmClusterArgs:
     reboots: dict[str, PlannedReboot] = field(default_factory=dict)
     # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
     decommission: frozenset[str] = frozenset()
+    upgrade: KubernetesUpgrade | None = None
 
 
 def _present(*resources: Any) -> list[Any]:
@@ -117,15 +131,21 @@ class KubeadmCluster(pulumi.ComponentResource):
                 opts=_secret_opts(self, _present(self.init)),
             )
         after_init = _present(self.init)
+        # The init host's upgrade first: the kubelet-config upload below is then the new
+        # kubeadm's, and the other control planes follow once they have joined.
+        self.control_plane_upgrades: dict[str, command.remote.Command] = {}
+        self._upgrade_control_planes(args, cp, first=True)
         self.kubelet_config: command.remote.Command | None = None
         if args.kubelet_config_script is not None:
             # Re-run whenever the configuration changes; there is nothing to undo on delete.
+            # After the control plane's upgrade: the upload is the new kubeadm's.
             self.kubelet_config = remote_command(
                 "kubelet-config",
                 connection=cp.connection,
                 create="sudo bash -s",
                 stdin=args.kubelet_config_script,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                    *after_init, *self.control_plane_upgrades.values()]),
             )
         # Joins wait for it: a node joining in the same update gets the new kubelet settings.
         self._before_join = _present(self.kubelet_config)
@@ -141,9 +161,12 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.provider = cluster_provider(args.cluster_name, kubeconfig,
                                          pulumi.ResourceOptions(parent=self))
         self.control_plane_joins = self._join_control_planes(args, cp)
+        self._upgrade_control_planes(args, cp, first=False)
         self.members: dict[str, command.remote.Command] = {}
+        self._reboot_uncordons: dict[str, Any] = {}
         for host, node in sorted(args.workers.items()):
             self.members[host] = self._join(node, args, cp)
+        self.node_upgrades = self._upgrade_nodes(args, cp)
         # What depends on this component (platform, workloads: the jobs sized by node count)
         # waits for these drains. No delete action: removing the node later drains (a no-op
         # by then), deletes the Node and resets the host through `<host>-member`.
@@ -165,6 +188,58 @@ class KubeadmCluster(pulumi.ComponentResource):
             if host in self.members
         }
         self.register_outputs({"workers": sorted(self.members)})
+
+    def _upgrade_control_planes(self, args: KubeadmClusterArgs, cp: ControlPlaneHost,
+                                first: bool) -> None:
+        """`kubeadm upgrade apply` on the init host (`first`), then `upgrade node` on each
+        other control plane, one at a time after it (kubeadm's order). Only the stack that
+        inits the cluster runs them."""
+        if args.upgrade is None or self.init is None:
+            return
+        done = self.control_plane_upgrades
+        for host, script in args.upgrade.control_planes.items():
+            if (host == cp.hostname) != first:
+                continue
+            node = None if first else args.control_planes[host]
+            after = ([self.init, *_present(cp.prepared)] if node is None else
+                     [node.prepared, self.control_plane_joins[host], list(done.values())[-1]])
+            done[host] = remote_command(
+                f"{host}-kubernetes-upgrade",
+                connection=cp.connection if node is None else node.connection,
+                create="sudo bash -s", stdin=script,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after))
+
+    def _upgrade_nodes(self, args: KubeadmClusterArgs,
+                       cp: ControlPlaneHost) -> dict[str, command.remote.Command]:
+        """Each batch of GPU nodes after the control planes and the batch before it: drained
+        on the control plane, upgraded on the node, uncordoned on the control plane."""
+        if args.upgrade is None:
+            return {}
+        up = args.upgrade
+        previous: list[Any] = list(self.control_plane_upgrades.values())
+        done: dict[str, command.remote.Command] = {}
+        for batch in up.batches:
+            finished = []
+            for host in batch:
+                if host not in self.members:
+                    continue
+                node = args.workers[host]
+                drain = remote_command(
+                    f"{host}-upgrade-drain", connection=cp.connection,
+                    create=f"sudo bash -c {shlex.quote(up.drains[host])}",
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                        self.members[host], *_present(self._reboot_uncordons.get(host)),
+                        *previous]))
+                done[host] = remote_command(
+                    f"{host}-kubernetes-upgrade", connection=node.connection,
+                    create="sudo bash -s", stdin=up.nodes[host],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[drain, node.prepared]))
+                finished.append(remote_command(
+                    f"{host}-upgrade-uncordon", connection=cp.connection,
+                    create=f"sudo bash -c {shlex.quote(up.uncordons[host])}",
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[done[host]])))
+            previous = finished or previous
+        return done
 
     def _read_secret(self, name: str, cp: ControlPlaneHost, create: str,
                      triggers: list[Any] | None = None) -> command.remote.Command:
@@ -247,9 +322,10 @@ class KubeadmCluster(pulumi.ComponentResource):
         booted = remote_command(f"{host}-reboot-wait", connection=node.boot_connection,
                                 create="sudo bash -s", stdin=plan.after_boot,
                                 triggers=triggers, opts=opts(restart))
-        remote_command(f"{host}-reboot-uncordon", connection=cp.connection,
-                       create=f"sudo bash -c {shlex.quote(plan.uncordon)}", triggers=triggers,
-                       opts=opts(booted))
+        self._reboot_uncordons[host] = remote_command(
+            f"{host}-reboot-uncordon", connection=cp.connection,
+            create=f"sudo bash -c {shlex.quote(plan.uncordon)}", triggers=triggers,
+            opts=opts(booted))
         return booted
 
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,

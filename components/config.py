@@ -43,6 +43,7 @@ from components.config_types import (
     PinnedImage,
     PKey,
     Problem,
+    PublicKey,
     Quantity,
     RetiredNvmeKey,
     _read_only,
@@ -263,6 +264,8 @@ class Kubernetes(Model):
     cluster_domain: str = "cluster.local"
     control_plane_endpoint: ControlPlaneEndpoint = ControlPlaneEndpoint()
     join_token_ttl_minutes: int = Field(60, ge=5, le=1440)
+    # GPU nodes drained and upgraded together in a Kubernetes upgrade (capacity out at once).
+    upgrade_batch: int = Field(1, ge=1)
     kubelet: Kubelet = Kubelet()
     encryption_at_rest: bool = True
     audit_logging: bool = True
@@ -464,6 +467,21 @@ class Bmc(Model):
     ca_bundle: str | None = None  # PEM file for the BMCs' TLS certificates; unset: system CAs
 
 
+class Credentials(Model):
+    """What the secrets are, in words a review can read: a rotation is a change of this file,
+    not only of a CI secret. No secret is here; `pulumi up` checks `sshPublicKey` against
+    `sshPrivateKey` before it registers anything."""
+
+    # The public half of `sshPrivateKey`: every host authorises it (managed authorized_keys).
+    ssh_public_key: PublicKey | None = None
+    # Further keys every host accepts: the next key during a rotation, a break-glass key.
+    ssh_authorized_keys: tuple[PublicKey, ...] = ()
+    # Bumped with each new `switchPassword` / `bmcPassword`: the preview then shows every
+    # command that re-runs with the new secret.
+    switch_password_version: int = Field(1, ge=1)
+    bmc_password_version: int = Field(1, ge=1)
+
+
 class Split(Model):
     """One stack of a site split into several: the shared core, the GPU nodes of some SUs,
     the platform, or the workloads. Every part reads the same cluster config; the parts after
@@ -480,6 +498,7 @@ class Cluster(Model):
     environment: Literal["production", "staging", "development"]
     inventory_file: str | None = None
     ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][-a-z0-9_]*$")
+    credentials: Credentials = Credentials()
     network: Network
     hosts: tuple[Host, ...] = Field(min_length=1)
     gpu_nodes: GpuNodes
@@ -680,5 +699,35 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
         raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",
                                    f"pulumi config set --secret {PROJECT}:{k} …")
                            for k in missing])
+    problem = _ssh_key_problem(cluster, conf.get("sshPrivateKey") or "",
+                               strict=not pulumi.runtime.is_dry_run())
+    if problem is not None:
+        raise ConfigError([problem])
     secrets = Secrets(*(conf.require_secret(k) for k in SECRET_KEYS))
     return cluster, secrets
+
+
+def _ssh_key_problem(cluster: Cluster, private_key: str, strict: bool) -> Problem | None:
+    """The private key must be the declared public key's other half, so a new CI secret alone
+    never changes the key every command logs in with. A preview without the real secret (a
+    value that is no key at all) is let through; `pulumi up` (strict) never is."""
+    from components.planning.ssh_keys import fingerprint, key_id, public_key_of
+
+    declared = cluster.credentials.ssh_public_key
+    if declared is None:
+        return None
+    public = public_key_of(private_key)
+    path = f"(secret) {PROJECT}:sshPrivateKey"
+    if public is None:
+        if not strict:
+            return None
+        return Problem(path, None, "is not an unencrypted OpenSSH or PEM private key (value "
+                       "hidden)",
+                       f"pulumi config set --secret {PROJECT}:sshPrivateKey < <key file>")
+    if key_id(public) != key_id(declared):
+        return Problem(path, fingerprint(public),
+                       f"is not the key credentials.sshPublicKey names ({fingerprint(declared)})",
+                       "set the secret that belongs to credentials.sshPublicKey, or rotate by "
+                       "the book: authorise the new key in credentials.sshAuthorizedKeys and "
+                       "apply, then change sshPublicKey and the secret together (docs/day2.md)")
+    return None

@@ -169,6 +169,29 @@ def _duplicates(items: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, str]]:
             seen[value] = path
 
 
+def _credential_problems(c: Cluster) -> Iterator[Problem]:
+    from components.planning.ssh_keys import key_id
+
+    creds = c.credentials
+    if creds.ssh_public_key is None:
+        if c.environment == "production":
+            yield Problem("credentials.sshPublicKey", None, "is required in production: "
+                          "without it a new SSH key reaches every host unreviewed",
+                          "paste the public half of sshPrivateKey (`ssh-keygen -y -f <key>`)")
+        if creds.ssh_authorized_keys:
+            yield Problem("credentials.sshAuthorizedKeys", len(creds.ssh_authorized_keys),
+                          "needs credentials.sshPublicKey (the key in use is always authorised)",
+                          "set credentials.sshPublicKey to the public half of sshPrivateKey")
+        return
+    seen = {key_id(creds.ssh_public_key): "credentials.sshPublicKey"}
+    for i, key in enumerate(creds.ssh_authorized_keys):
+        path = f"credentials.sshAuthorizedKeys[{i}]"
+        if key_id(key) in seen:
+            yield Problem(path, key_id(key), f"is the key of {seen[key_id(key)]} again",
+                          "list each key once (the key in use is authorised already)")
+        seen.setdefault(key_id(key), path)
+
+
 def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat list of checks
     nodes = c.nodes
     serving_nodes = c.in_service_nodes
@@ -185,6 +208,7 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         yield Problem("sshUser", c.ssh_user, "root logins pass /run/nologin, so the check after "
                       "a planned reboot could run on the host before it went down",
                       "log in as an unprivileged user with passwordless sudo (e.g. ubuntu)")
+    yield from _credential_problems(c)
     host_paths = [(f"hosts[{i}].hostname", h.hostname) for i, h in enumerate(c.hosts)]
     node_paths = [(f"{n.origin} ({n.hostname})", n.hostname) for n in nodes]
     for path, value, first in _duplicates(host_paths + node_paths):

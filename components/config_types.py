@@ -4,6 +4,7 @@ camelCase, unknown-keys-rejected base model."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -55,6 +56,10 @@ _NETDEV = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
 _KERNEL_NETDEV = re.compile(r"^(ib|eth)\d+$")
 _KERNEL_ARG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,:=/+-]*$")
 _HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/]+=*$")
+# An authorized_keys entry: type, base64, optional comment (no options: the stack writes those).
+_PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa|"
+                         r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) "
+                         r"[A-Za-z0-9+/]+=*( [^\n]*)?$")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
 _EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
@@ -72,8 +77,12 @@ def _dns_label(v: str) -> str:
 
 
 def _guid(v: Any) -> str:
-    if isinstance(v, int):
-        v = f"0x{v:016x}"
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        # YAML reads an unquoted 0x… as an integer; the Pulumi CLI passes config numbers as
+        # 64-bit floats, which keep 53 bits: two GUIDs of one switch batch would collide.
+        raise ValueError("is a number, not a GUID || quote it in the stack file, e.g. "
+                         "'0xb83fd20300a13c10' (unquoted, YAML reads it as an integer and "
+                         "the Pulumi CLI rounds it to a float)")
     v = str(v).lower()
     if not _GUID.match(v):
         raise ValueError("is not a 64-bit GUID || write 0x followed by 16 hex digits, as "
@@ -111,6 +120,19 @@ def _host_key(v: str) -> str:
     if not _HOST_KEY.match(v):
         raise ValueError("is not an OpenSSH public host key || paste the key type and base64 "
                          "of `ssh-keyscan <host>`, e.g. 'ssh-ed25519 AAAA…'")
+    return v
+
+
+def _public_key(v: str) -> str:
+    v = v.strip()
+    if not _PUBLIC_KEY.match(v):
+        raise ValueError("is not an OpenSSH public key || paste one line of the key's .pub file "
+                         "(`ssh-keygen -y -f <private key>`), e.g. 'ssh-ed25519 AAAA… ops@site'")
+    try:
+        base64.b64decode(v.split()[1], validate=True)
+    except ValueError:
+        raise ValueError("has a key blob that is not base64 || paste the .pub line unchanged") \
+            from None
     return v
 
 
@@ -199,6 +221,7 @@ NetdevName = Annotated[str, AfterValidator(_netdev)]
 KernelArg = Annotated[str, AfterValidator(_kernel_arg)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
 Mac = Annotated[str, AfterValidator(_mac)]
+PublicKey = Annotated[str, AfterValidator(_public_key)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 ExactVersion = Annotated[str, AfterValidator(_exact_version)]
 Quantity = Annotated[str, AfterValidator(_quantity)]

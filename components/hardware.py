@@ -23,6 +23,7 @@ class BareMetalNodeArgs:
     prepare_script: str
     bmc_command: str | None = None  # Redfish settings, run where `pulumi up` runs
     bmc_password: Any = None  # a Pulumi secret
+    authorized_keys_script: str | None = None  # the managed authorized_keys of ssh_user
 
 
 class BareMetalNode(pulumi.ComponentResource):
@@ -54,6 +55,12 @@ class BareMetalNode(pulumi.ComponentResource):
             # No delete action: removing a host from the stack never wipes it.
             opts=pulumi.ResourceOptions(parent=self),
         )
+        if args.authorized_keys_script:
+            # Its own command: a key rotation touches only this one, and the stack never logs
+            # in with a key this command has not authorised in an earlier `pulumi up`.
+            self.ssh_keys = remote_command(
+                f"{name}-ssh-keys", connection=self.connection, create="sudo bash -s",
+                stdin=args.authorized_keys_script, opts=pulumi.ResourceOptions(parent=self))
         if args.bmc_command:
             self.bmc = command.local.Command(
                 f"{name}-bmc",

@@ -3,7 +3,8 @@
 Resources are matched by URN (stored in every file). Each one is classified like the engine
 would: create, delete, update (with the property paths that changed) or replace (a changed
 path forces replacement: see REPLACE_RULES, plus the resource's own `replaceOnChanges`).
-Secret values render as "[secret]" on both sides, so a change to a secret alone is not seen.
+Secret values render as "[secret]" on both sides, so a change to a secret alone is not seen,
+unless `credentials` names it ("[secret SHA256:…]", "[secret version 2]"): then a rotation shows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import yaml
 
 from .model import LAYERS, PHYSICAL_LAYERS, STACK_LAYER, layer_order
-from .normalize import REVEAL_IN_SECRET
+from .normalize import REVEAL_IN_SECRET, SECRET
 
 try:  # libyaml: parsing thousands of rendered files stays fast
     _Loader: type = yaml.CSafeLoader
@@ -131,9 +132,16 @@ def _key(prefix: str, key: str) -> str:
     return f'{prefix}["{key}"]'
 
 
+def _same_secret(old: Any, new: Any) -> bool:
+    """A secret whose identity one side does not know ("[secret]", e.g. a rendering made before
+    `credentials` named it) is taken as unchanged: offline, only two named ones can differ."""
+    return (isinstance(old, str) and isinstance(new, str) and old.startswith(SECRET[:-1])
+            and new.startswith(SECRET[:-1]) and SECRET in (old, new))
+
+
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     """Leaf-most property paths where `old` and `new` differ (Pulumi's path syntax)."""
-    if old == new:
+    if old == new or _same_secret(old, new):
         return []
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
@@ -236,8 +244,17 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     action = "replace" if because else "update"
     olds, news = old.get("inputs"), new.get("inputs")
     texts |= {p: d for p in paths
-              if p not in texts and (d := text_diff(_value_at(olds, p), _value_at(news, p)))}
+              if p not in texts and (d := text_diff(_value_at(olds, p), _value_at(news, p))
+                                     or _secret_diff(_value_at(olds, p), _value_at(news, p)))}
     return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts)
+
+
+def _secret_diff(old: Any, new: Any) -> list[str]:
+    """A named secret that changed identity ("[secret version 1]" → "[secret version 2]")."""
+    if isinstance(old, str) and isinstance(new, str) and old.startswith("[secret ") \
+            and new.startswith("[secret "):
+        return [f"-{old}", f"+{new}"]
+    return []
 
 
 def _value_at(doc: Any, path: str) -> Any:

@@ -16,13 +16,17 @@ from typing import Any
 from .diff import Diff
 from .runbook import (
     CableMove,
+    batch_words,
     cable_moves,
     cabling,
     drained_hosts,
     kubernetes_upgrade,
     rebooted_hosts,
+    secret_rotations,
     switch_changes,
+    upgrade_batches,
     upgrade_refused,
+    upgraded_control_planes,
 )
 
 
@@ -45,16 +49,24 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     drained = drained_hosts(changes, new_inputs)
     rebooted = rebooted_hosts(changes)
     upgrade = kubernetes_upgrade(changes)
+    rotations = secret_rotations(changes, new_inputs)
     if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
-            or drained or rebooted or upgrade):
+            or drained or rebooted or upgrade or rotations):
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:"]
+    for r in rotations:
+        where = f" on {len(r.hosts)} hosts" if r.hosts else ""
+        lines.append(f"  {r.secret} rotation {r.old} -> {r.new}: " + (
+            "REFUSED, no host authorises the new key yet (authorise it first)"
+            if r.unauthorised else
+            f"{len(r.commands)} commands re-run{where} with the new secret"))
     if upgrade:
         old, new, _ = upgrade
         refused = upgrade_refused(old, new)
         lines.append(f"  Kubernetes {old} -> {new}: " + (
             "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)" if refused
-            else "kubeadm upgrade by the runbook's steps, every node drained in turn"))
+            else "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
+            f"{batch_words(upgrade_batches(new_inputs))}, each drained"))
     moved = work.existing_links_moved
     lines.append(
         f"  existing links moved: {moved}"
@@ -66,7 +78,14 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if racked or retired:
         lines.append(f"  switches: rack {len(racked)}" + (f" ({_span(racked)})" if racked else "")
                      + f", retire {len(retired)}" + (f" ({_span(retired)})" if retired else ""))
-    lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else ""))
+    if upgrade and not upgrade_refused(*upgrade[:2]):
+        # Every member, in turn, for its kubelet (the GPU nodes by batch, after the control
+        # plane).
+        drained = sorted(set(drained) | {h for b in upgrade_batches(new_inputs) for h in b}
+                         | set(upgraded_control_planes(changes)))
+    lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
+                 + (", each in turn for the upgrade" if upgrade and drained
+                    and not upgrade_refused(*upgrade[:2]) else ""))
     if rebooted:
         lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
                      "member at a time")
@@ -77,5 +96,6 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
         lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
                      "maintenance window" + (" for the re-cabling" if moved else ""))
     else:
-        lines.append("  outage: none expected (new links and hosts only)")
+        lines.append("  outage: none expected" + (" (new links and hosts only)"
+                                                  if new or racked or not rotations else ""))
     return lines

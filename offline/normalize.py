@@ -24,6 +24,8 @@ from typing import Any
 from google.protobuf import struct_pb2
 from pulumi_policy import proxy as _policy_proxy
 
+from .stackconfig import identity_of
+
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 ASSET_SIG = "c44067f5952c0a294b673a41bacd8c17"
@@ -114,8 +116,7 @@ class Normaliser:
         for key, value in obj.items():
             sub = spec.get(key) if isinstance(spec, Mapping) else (key in spec or None)
             if sub is None:
-                self._collect(value)
-                out[key] = SECRET
+                out[key] = self._hidden(value)
             elif sub is True:
                 out[key] = self.value(value)
             elif isinstance(value, dict) and not is_secret(value):
@@ -142,8 +143,7 @@ class Normaliser:
 
     def _special(self, sig: str, value: dict[str, Any]) -> Any:
         if sig == SECRET_SIG:
-            self._collect(value.get("value"))
-            return SECRET
+            return self._hidden(value.get("value"))
         if sig == ASSET_SIG or sig == ARCHIVE_SIG:
             kind = "asset" if sig == ASSET_SIG else "archive"
             body = {k: v for k, v in value.items() if k != SIG_KEY}
@@ -156,10 +156,16 @@ class Normaliser:
             return {"resource": value.get("urn", UNKNOWN)}
         if sig == OUTPUT_VALUE_SIG:
             if value.get("secret"):
-                self._collect(value.get("value"))
-                return SECRET
+                return self._hidden(value.get("value"))
             return self.value(value["value"]) if "value" in value else UNKNOWN
         return {k: self.value(v) for k, v in value.items()}
+
+    def _hidden(self, plain: Any) -> str:
+        """"[secret]", or "[secret <identity>]" for a placeholder the config names (a key's
+        fingerprint, a password version): not the secret, but which one it is."""
+        self._collect(plain)
+        identity = identity_of(plain) if isinstance(plain, str) else None
+        return SECRET if identity is None else f"[secret {identity}]"
 
     def _collect(self, value: Any) -> None:
         if isinstance(value, str):

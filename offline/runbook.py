@@ -195,47 +195,72 @@ def _other_than_version(change: Change) -> bool:
     return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get("stdin", []))
 
 
+_BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
+
+
+def upgrade_batches(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[list[str]]:
+    """The GPU-node batches of the upgrade, in order, as the drain scripts carry them."""
+    batches = {tuple(m.group(1).split()) for urn, inputs in (new_inputs or {}).items()
+               if urn.endswith("-upgrade-drain")
+               if (m := _BATCH.search(str(inputs.get("create", ""))))}
+    return [list(b) for b in sorted(batches)]
+
+
+def upgraded_control_planes(changes: Iterable[Change]) -> list[str]:
+    """Control-plane hosts whose upgrade command re-runs (GPU nodes have a drain beside it)."""
+    changes = list(changes)
+    nodes = set(_hosts(changes, "-upgrade-drain", "update"))
+    return sorted(h for h in _hosts(changes, "-kubernetes-upgrade", "update") if h not in nodes)
+
+
+def batch_words(batches: list[list[str]]) -> str:
+    size = max((len(b) for b in batches), default=1)
+    return "one at a time" if size == 1 else f"{size} at a time"
+
+
 def _upgrade_steps(old: str, new: str, pkg: str,
                    new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
-    """kubeadm's upgrade procedure: the first control plane (`upgrade apply`), the others
-    (`upgrade node`), then the workers, each drained; kubeadm before kubelet and kubectl, one
-    minor at a time (the version skew policy)."""
-    o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
+    """What `pulumi up` runs, in kubeadm's order (components/planning/upgrade.py): the first
+    control plane (`upgrade apply`), the others (`upgrade node`), then the GPU nodes in
+    batches, each drained; kubeadm before kubelet and kubectl; one minor at a time."""
+    # Imported here: the program's own `components` package is the first this process imports.
+    from components.planning.upgrade import GANG_WAIT_S
+
+    o = [int(x) for x in old.split(".")]
     if upgrade_refused(old, new):
         return [f"REFUSED Kubernetes {old} -> {new}: kubeadm upgrades one minor version at a time "
-                "and never downgrades (version skew policy). Do not apply this change: set "
-                f"kubernetes.version to a 1.{o[1] + 1} release first, apply and upgrade, then "
-                "the next"]
+                "and never downgrades (version skew policy); the upgrade commands would stop on "
+                "the control plane. Do not apply this change: set kubernetes.version to a "
+                f"1.{o[1] + 1} release first, apply, then the next"]
     names = [urn.rpartition("::")[2] for urn in new_inputs or {}]
+    upgraded = sorted(h for x in names if (h := _suffix(x, "-kubernetes-upgrade")))
     first = next((h for x in names if (h := _suffix(x, "-kubeadm-init"))), "the first control "
                  "plane")
-    others = sorted(h for x in names if (h := _suffix(x, "-kubeadm-join")) and h != first
-                    and f"{h}-member" not in names)
-    workers = sorted(h for x in names if (h := _suffix(x, "-member")))
-    install = ("apt-get install -y --allow-change-held-packages {pkgs} && apt-mark hold "
-               "kubeadm kubelet kubectl")
-    kubelet = (install.format(pkgs=f"kubelet={pkg} kubectl={pkg}")
-               + " && systemctl daemon-reload && systemctl restart kubelet")
+    others = sorted(h for h in upgraded if h != first and f"{h}-upgrade-drain" not in names
+                    and f"{h}-kubeadm-join" in names)
+    batches = upgrade_batches(new_inputs)
     steps = [
-        f"Kubernetes upgrade {old} -> {new}, the kubeadm way: `pulumi up` points the package "
-        f"repository at v{n[0]}.{n[1]} and installs nothing on running hosts; these steps "
-        "upgrade them, in this order",
-        f"on {first}: {install.format(pkgs=f'kubeadm={pkg}')}; kubeadm upgrade plan v{new}; "
-        f"kubeadm upgrade apply -y v{new}; then kubectl drain {first} --ignore-daemonsets, "
-        f"{kubelet}, kubectl uncordon {first}",
+        f"Kubernetes upgrade {old} -> {new} (packages {pkg}): `pulumi up` runs kubeadm's "
+        "upgrade, in this order; every step is a no-op where a host already runs the target. "
+        "Before the window, let long gang jobs reach a checkpoint or suspend them (vcctl job "
+        "suspend), or raise kubernetes.upgradeBatch to cover their nodes, so no batch waits "
+        "on them",
+        f"kubeadm upgrade apply -y v{new} on {first} (its kubeadm package first, then "
+        f"`kubeadm upgrade plan`); {first} is then drained for its kubelet and kubectl and "
+        "uncordoned",
     ]
     if others:
-        steps.append(f"on each other control plane, one at a time ({', '.join(others)}): "
-                     f"{install.format(pkgs=f'kubeadm={pkg}')}; kubeadm upgrade node; drain, "
-                     f"{kubelet}, uncordon")
-    if workers:
-        which = _span(workers) if len(workers) > 2 else ", ".join(workers)
+        steps.append(f"kubeadm upgrade node on each further control plane, one at a time "
+                     f"({', '.join(others)}), each then drained for its kubelet and kubectl")
+    if batches:
+        order = ", then ".join(" + ".join(b) for b in batches[:4]) + (
+            f", … ({len(batches)} batches)" if len(batches) > 4 else "")
         steps.append(
-            f"then each GPU node, one at a time ({which}): kubectl drain <node> "
-            "--ignore-daemonsets --delete-emptydir-data (PodDisruptionBudgets hold it back; "
-            "let a running gang job finish or checkpoint first rather than evict one of its "
-            f"workers); on the node {install.format(pkgs=f'kubeadm={pkg}')}, kubeadm upgrade "
-            f"node, {kubelet}; kubectl uncordon <node>")
+            f"the GPU nodes {batch_words(batches)} (kubernetes.upgradeBatch): {order}. Each "
+            "is drained from the control plane (PodDisruptionBudgets hold an eviction back; "
+            "a running gang job on the batch and other nodes is waited for, up to "
+            f"{GANG_WAIT_S // 3600} h, never split), gets kubeadm upgrade node and its kubelet and "
+            f"kubectl, and is uncordoned once its kubelet reports v{new}")
     return steps
 
 
@@ -411,6 +436,118 @@ def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
                   + _hosts(changes, "-reboot", "replace") if h not in joining)
 
 
+# Where a secret sits in a command's inputs → the secret (offline/stackconfig.SECRET_IDENTITIES).
+_SECRET_FIELDS = {"privateKey": "SSH key", "password": "switch password",
+                  "BMC_PASSWORD": "BMC password"}
+_SECRET_LINE = re.compile(r"^([-+])(?:.*\.)?(\w+): \[secret ([^\]]+)\]$")
+_SECRET_TEXT = re.compile(r"^([-+])\[secret ([^\]]+)\]$")
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A secret the config now names differently: every command holding it re-runs."""
+
+    secret: str  # "SSH key", "switch password", "BMC password"
+    old: str
+    new: str
+    commands: tuple[str, ...]
+    hosts: tuple[str, ...]
+    # SSH key only: no host authorised the new key before this change (its ssh-keys script
+    # gains it now), so every command would fail to log in.
+    unauthorised: bool = False
+
+
+def secret_rotations(changes: Iterable[Change],
+                     new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[Rotation]:
+    """The secrets whose identity (`credentials`) changes, with the commands that re-run."""
+    found: dict[str, dict[str, Any]] = {}
+    for c in changes:
+        if c.action not in ("update", "replace"):
+            continue
+        for path, lines in c.text_diffs.items():
+            for line in lines:
+                m = _SECRET_LINE.match(line)
+                field, sign, ident = ((m.group(2), m.group(1), m.group(3)) if m else
+                                      (path.rpartition(".")[2], *_text_secret(line)))
+                secret = _SECRET_FIELDS.get(field)
+                if secret is None or ident is None:
+                    continue
+                entry = found.setdefault(secret, {"-": set(), "+": set(), "cmds": set(),
+                                                  "hosts": set()})
+                entry[sign].add(ident)
+                entry["cmds"].add(c.name)
+                host = _connection_host(c.urn, new_inputs)
+                if host:
+                    entry["hosts"].add(host)
+    added = {fingerprint_of(line[1:]) for c in changes if _suffix(c.name, "-ssh-keys")
+             for line in _added_lines(c.text_diffs.get("stdin", []))}
+    out = []
+    for secret, e in sorted(found.items()):
+        if len(e["-"]) != 1 or len(e["+"]) != 1:
+            continue
+        old, new = next(iter(e["-"])), next(iter(e["+"]))
+        out.append(Rotation(secret, old, new, tuple(sorted(e["cmds"])), tuple(sorted(e["hosts"])),
+                            unauthorised=secret == "SSH key" and new in added))
+    return out
+
+
+def _text_secret(line: str) -> tuple[str, str | None]:
+    m = _SECRET_TEXT.match(line)
+    return (m.group(1), m.group(2)) if m else ("", None)
+
+
+def _added_lines(lines: list[str]) -> set[str]:
+    """Lines a text diff adds that it does not also remove (a moved line is not new)."""
+    removed = {x[1:] for x in lines if x.startswith("-")}
+    return {x for x in lines if x.startswith("+") and x[1:] not in removed}
+
+
+def fingerprint_of(line: str) -> str | None:
+    # Imported here: the program's own `components` package is the first this process imports.
+    from components.planning.ssh_keys import fingerprint
+
+    try:
+        return fingerprint(line)
+    except (IndexError, ValueError):
+        return None
+
+
+def _connection_host(urn: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    conn = (new_inputs or {}).get(urn, {}).get("connection")
+    return str(conn.get("host", "")) if isinstance(conn, dict) else ""
+
+
+def _rotation_steps(rotations: list[Rotation]) -> list[str]:
+    steps = []
+    for r in rotations:
+        where = f"{len(r.commands)} commands on {len(r.hosts)} hosts" if r.hosts else \
+            f"{len(r.commands)} commands"
+        if r.unauthorised:
+            steps.append(
+                f"REFUSED SSH key rotation {r.old} -> {r.new}: no host authorises the new key "
+                "yet, so every command would fail to log in. Do not apply this change: first "
+                "add the new public key to credentials.sshAuthorizedKeys alone and apply (each "
+                "<host>-ssh-keys command authorises it), then change credentials.sshPublicKey "
+                "and the sshPrivateKey secret together")
+        elif r.secret == "SSH key":
+            steps.append(
+                f"SSH key rotation {r.old} -> {r.new}: `pulumi up` logs in with the new key "
+                f"and re-runs every command that holds it ({where}); each is idempotent (a "
+                "host already prepared, joined or booted is left as it is), so allow the time "
+                "of a full re-run. The ssh-keys commands drop a key no longer listed: keep the "
+                "old one in credentials.sshAuthorizedKeys for this apply and drop it in the next "
+                "change if anything else might still use it")
+        else:
+            device = "switch" if r.secret == "switch password" else "BMC"
+            how = ("its CLI: username <fabric.switchUser> password …" if device == "switch"
+                   else "Redfish AccountService (or the BMC's web console)")
+            steps.append(
+                f"{r.secret} rotation ({r.old} -> {r.new}): set the new password on every "
+                f"{device} first, by {how}, and the secret in the CI environment; `pulumi up` "
+                f"then re-runs the {where} that log in with it (idempotent)")
+    return steps
+
+
 def runbook(diff: Diff, stack: str = "prod",
             new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
@@ -443,14 +580,15 @@ def runbook(diff: Diff, stack: str = "prod",
     rehosted = _rehosted(changes)
     rebooting = any(_suffix(c.name, "-reboot") for c in changes
                     if c.action in ("create", "replace"))
+    rotations = secret_rotations(changes, new_inputs)
     if not (leaving or joining or moves or sms or operators or prepared or kubelet or rebooting
-            or upgrade
+            or upgrade or rotations
             or decommissioning
             or control_plane or rejoined or rehosted
             or any(a != "update" for a in switches.values())):
         return []
 
-    steps: list[str] = []
+    steps: list[str] = _rotation_steps(rotations)
     # Nodes whose cables move but who stay in the cluster are drained by hand first; a new
     # board's host gets its own step.
     boards = replaced_boards(changes)
@@ -482,11 +620,13 @@ def runbook(diff: Diff, stack: str = "prod",
     rebooted = rebooted_hosts(changes)
     if rebooted:
         steps.append(_reboot_step(sorted(rebooted)))
-    for host in prepared:
-        if host not in joining and host not in leaving and host not in rebooted \
-                and host not in boards:
-            steps.append(f"host preparation changes on {host}: applied in place by `pulumi up`; "
-                         "its boot settings are unchanged, so no reboot and no drain")
+    in_place = [h for h in prepared if h not in joining and h not in leaving
+                and h not in rebooted and h not in boards]
+    if in_place:
+        which = (f"{len(in_place)} hosts ({_span(in_place)})" if len(in_place) > 2
+                 else " and ".join(in_place))
+        steps.append(f"host preparation changes on {which}: applied in place by `pulumi up`; "
+                     "boot settings are unchanged, so no reboot and no drain")
     steps += _sm_cable_steps(moves, new_inputs)
     steps += _cabling_steps(moves, switches)
     if switches:

@@ -7,6 +7,8 @@ offline: a `secure:` value, or a declared `secret: true` key the stack file leav
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,15 @@ from typing import Any
 import yaml
 
 SECRET_PLACEHOLDER_PREFIX = "offline-secret-"
+# Offline a secret has no value, only what the cluster config says it is (`credentials`): the
+# placeholder carries that identity after IDENTITY_MARK, so a rotation changes every input that
+# holds the secret, as it does for the engine. secret key → credentials key naming it.
+IDENTITY_MARK = "#"
+SECRET_IDENTITIES = {
+    "sshPrivateKey": "sshPublicKey",
+    "switchPassword": "switchPasswordVersion",
+    "bmcPassword": "bmcPasswordVersion",
+}
 
 
 class StackFileError(Exception):
@@ -65,10 +76,46 @@ def _is_secure(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"secure"}
 
 
-def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: str) -> Any:
+def _identities(project: str, raw: dict[str, Any]) -> dict[str, str]:
+    """secret key → its identity as the config declares it (a key fingerprint, a version)."""
+    cluster = raw.get(f"{project}:cluster", raw.get("cluster"))
+    creds = cluster.get("credentials") if isinstance(cluster, dict) else None
+    if not isinstance(creds, dict):
+        return {}
+    out: dict[str, str] = {}
+    for secret, name in SECRET_IDENTITIES.items():
+        value = creds.get(name)
+        if name == "sshPublicKey":
+            try:
+                out[secret] = _fingerprint(str(value))
+            except (IndexError, ValueError):
+                continue  # absent or malformed: the program's validation says which
+        elif value is not None:
+            out[secret] = f"version {value}"
+    return out
+
+
+def _fingerprint(public_key: str) -> str:
+    """OpenSSH's SHA256 fingerprint, as components.planning.ssh_keys computes it (not imported:
+    the program's own `components` package must be the first this process imports)."""
+    blob = base64.b64decode(public_key.split()[1], validate=True)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def identity_of(placeholder: str) -> str | None:
+    """The identity a placeholder carries (None for a secret the config says nothing about)."""
+    if not placeholder.startswith(SECRET_PLACEHOLDER_PREFIX) or IDENTITY_MARK not in placeholder:
+        return None
+    return placeholder.rpartition(IDENTITY_MARK)[2]
+
+
+def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: str,
+                    identity: str | None = None) -> Any:
     """Replace nested `{secure: …}` leaves; structured config may hide secrets inside objects."""
     if _is_secure(value):
         text = SECRET_PLACEHOLDER_PREFIX + label
+        if identity is not None:
+            text += IDENTITY_MARK + identity
         placeholders[text] = key
         return text
     if isinstance(value, dict):
@@ -110,12 +157,14 @@ def build_config(project: str, stack: str, doc: dict[str, Any],
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     placeholders: dict[str, str] = {}
+    identities = _identities(project, raw)
     for key in sorted(raw):
         value = raw[key]
         full = key if ":" in key else f"{project}:{key}"
         bare = full.split(":", 1)[1]
         before = len(placeholders)
-        value = _replace_secure(value, bare, placeholders, full)
+        value = _replace_secure(value, bare, placeholders, full,
+                                identities.get(bare) if full.startswith(f"{project}:") else None)
         if len(placeholders) != before:
             secret_keys.append(full)
         config[full] = _encode(value)

@@ -329,6 +329,7 @@ sub=${1-}; shift || true
 phase=''
 if [ "$sub" = init ] && [ "${1-}" = phase ]; then phase="${2-} ${3-}"; shift 3 || true; fi
 cfg='' skip_token=0 skip_key=0 upload=0
+args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) cfg=$2; shift ;;
@@ -360,9 +361,11 @@ case "$sub" in
       exit 1
     fi
     mkdir -p "$K/manifests" "$K/pki"
-    for f in manifests/kube-apiserver.yaml pki/ca.crt admin.conf kubelet.conf; do
+    for f in pki/ca.crt admin.conf kubelet.conf; do
       echo "# stub" > "$K/$f"
     done
+    version=$(sed -n 's/^kubernetesVersion: v//p' "$cfg")
+    echo "    image: registry.k8s.io/kube-apiserver:v$version" > "$K/manifests/kube-apiserver.yaml"
     echo "Your Kubernetes control-plane has initialized successfully!"
     if [ "$upload" = 1 ] && [ "$skip_key" = 0 ]; then
       echo "[upload-certs] Using certificate key:"; echo "__CERT_KEY__"
@@ -392,6 +395,31 @@ case "$sub" in
   reset)
     rm -rf "$K/admin.conf" "$K/kubelet.conf" "$K/manifests" "$K/pki"
     echo "[reset] Deleted contents of the etcd data directory" ;;
+  upgrade)
+    set -- "${args[@]}"
+    # The kubeadm binary is the installed package's; it upgrades to its own version at most.
+    mine=$(cut -d- -f1 "$S/pkgs/kubeadm" 2>/dev/null)
+    case "${1-}" in
+      plan|apply)
+        want=''; for a in "$@"; do case "$a" in v[0-9]*) want=${a#v} ;; esac; done
+        if [ "$want" != "$mine" ]; then
+          echo "[upgrade/version] FATAL: the specified version to upgrade to \"v$want\" is" \
+            "higher than the kubeadm version \"v$mine\"" >&2
+          exit 1
+        fi
+        if [ "$1" = apply ]; then
+          echo "    image: registry.k8s.io/kube-apiserver:v$want" \
+            > "$K/manifests/kube-apiserver.yaml"
+          echo "$want" > "$S/cluster/version"
+          echo "[upgrade/successful] SUCCESS! Your cluster was upgraded to \"v$want\"."
+        fi ;;
+      node)
+        if [ -e "$K/manifests/kube-apiserver.yaml" ]; then
+          echo "    image: registry.k8s.io/kube-apiserver:v$mine" \
+            > "$K/manifests/kube-apiserver.yaml"
+        fi
+        echo "[upgrade] The configuration for this node was successfully upgraded!" ;;
+    esac ;;
 esac
 exit 0
 """,
@@ -450,6 +478,41 @@ if [ "${1-}" = configmap ]; then
   esac
   exit 0
 fi
+# The API server's version; kubelet versions ($S/cluster/kubelet/<node>); node annotations
+# ($S/cluster/annotations/<node>/<key>); running pods ($S/cluster/pods: namespace, gang (Volcano's
+# group-name annotation) and node, tab-separated).
+A=$S/cluster/annotations
+case "$verb ${1-}" in
+  "get --raw")
+    printf '{\n  "major": "1",\n  "gitVersion": "v%s",\n  "platform": "linux/amd64"\n}\n' \
+      "$(cat "$S/cluster/version")"
+    exit 0 ;;
+  "get pods")
+    cat "$S/cluster/pods" 2>/dev/null; exit 0 ;;
+  "annotate node")
+    [ -e "$N/$2" ] || { echo "Error from server (NotFound): nodes \"$2\" not found" >&2; exit 1; }
+    mkdir -p "$A/$2"
+    for a in "${@:3}"; do
+      case "$a" in
+        -*) ;;
+        *=*) k=${a%%=*}; printf '%s' "${a#*=}" > "$A/$2/${k//\//_}" ;;
+        *-) k=${a%-}; rm -f "$A/$2/${k//\//_}" ;;
+      esac
+    done
+    echo "node/$2 annotated"; exit 0 ;;
+  "wait --for=jsonpath="*)
+    want=${1##*=}; node=${2#node/}
+    [ "$(cat "$S/cluster/kubelet/$node" 2>/dev/null)" = "$want" ] \
+      || { echo "error: timed out waiting for the condition on nodes/$node" >&2; exit 1; }
+    echo "node/$node condition met"; exit 0 ;;
+esac
+case "$jsonpath" in
+  '{.status.nodeInfo.kubeletVersion}')
+    cat "$S/cluster/kubelet/$2" 2>/dev/null; exit 0 ;;
+  '{.metadata.annotations.'*)
+    k=${jsonpath#\{.metadata.annotations.}; k=${k%\}}; k=${k//\\./.}
+    cat "$A/$2/${k//\//_}" 2>/dev/null; exit 0 ;;
+esac
 case "$verb" in
   get)
     [ "$1" = node ] || [ "$1" = nodes ] || exit 0
@@ -1056,7 +1119,7 @@ def prod_scripts() -> dict[str, str]:
     """`<host>/<name>.sh` -> text: every script `offline preview` writes under scripts/."""
     from components.config import CLUSTER_KEY
     from components.fabric import sm_apply_script
-    from components.planning import host_scripts, kubeadm, reboot
+    from components.planning import host_scripts, kubeadm, reboot, ssh_keys, upgrade
 
     cluster = prod_cluster()
     scripts = {f"{h.hostname}/prepare-host.sh": host_scripts.prepare_host(cluster, h, CLUSTER_KEY)
@@ -1078,6 +1141,19 @@ def prod_scripts() -> dict[str, str]:
                     f"{h}/planned-reboot/3-reboot.sh": reboot.reboot_script(n),
                     f"{h}/planned-reboot/4-after-boot.sh": reboot.after_boot_script(n),
                     f"{h}/planned-reboot/5-uncordon.sh": reboot.uncordon_script(h)}
+    creds = cluster.credentials
+    keys = ssh_keys.authorized_keys_script(
+        cluster.ssh_user, (creds.ssh_public_key, *creds.ssh_authorized_keys))
+    scripts |= {f"{h}/ssh-keys.sh": keys
+                for h in [h.hostname for h in cluster.hosts] + [n.hostname for n in cluster.nodes]}
+    for h in cluster.control_plane:
+        scripts[f"{h.hostname}/kubernetes-upgrade.sh"] = upgrade.control_plane_script(
+            cluster, h.hostname, h == init_host)
+    for n in cluster.nodes:
+        h = n.hostname
+        scripts |= {f"{h}/kubernetes-upgrade/1-drain.sh": upgrade.drain_script(cluster, h, (h,)),
+                    f"{h}/kubernetes-upgrade/2-node.sh": upgrade.node_script(cluster, h),
+                    f"{h}/kubernetes-upgrade/3-uncordon.sh": upgrade.uncordon_script(cluster, h)}
     if cluster.workloads.nccl_test is not None:
         from components.planning import workloads
         scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = workloads.nccl_gate_script(

@@ -219,6 +219,13 @@ BAD_INPUTS = [
         ("template's ibp24s0", "master on every node")),
     bad("ssh-as-root", setting("sshUser", "root"), "sshUser", ("root",),
         ("/run/nologin", "passwordless sudo")),
+    # What the Pulumi CLI hands the program for an unquoted 0x… (a YAML integer): a float.
+    bad("guid-unquoted", setting("fabric.switchGuids.spine-01", float(0xfc6a1c0300a10001)),
+        "fabric.switchGuids.spine-01", ("1.8188",), ("quote it", "rounds it")),
+    bad("sm-guid-unquoted", setting("hosts[1].fabricPortGuid", 0xb83fd20300f10002),
+        "hosts[1].fabricPortGuid", ("13276",), ("quote it",)),
+    bad("ssh-public-key-garbled", setting("credentials.sshPublicKey", "ssh-ed25519 not-base64!"),
+        "credentials.sshPublicKey", ("not-base64",), ("OpenSSH public key",)),
     # Local NVMe data drives: by what they are, never by kernel name.
     bad("nvme-kernel-names-retired",
         setting("gpuNodes.template.nvmeDevices", ["nvme0n1", "nvme1n1"]),

@@ -294,8 +294,11 @@ def test_the_stack_file_holds_no_secure_value_and_the_project_declares_every_sec
 
 
 def test_the_offline_preview_reads_the_committed_stack_file_with_placeholders(prod) -> None:
+    """The key is a placeholder, named by the key `credentials.sshPublicKey` declares (its
+    fingerprint, as `ssh-keygen -lf` prints it); the secret itself is not in the file."""
     prepare = next(r for r in prod if r["name"] == "gpu-node-00-prepare")
-    assert prepare["inputs"]["connection"]["privateKey"] == "[secret]"
+    assert prepare["inputs"]["connection"]["privateKey"] == \
+        "[secret SHA256:gV+PPT0Y/DOzFlfeV78Gaim3Sp9LgxnXBQPaJssw/n0]"
 
 
 # ---------------------------------------------------------------- 6. the Kubernetes provider

@@ -139,3 +139,113 @@ def test_a_scratch_stack_previews_against_prods_rendering(project: Path) -> None
     assert created and int(created.group(1)) > 150, alone.stdout[-2000:]  # every resource
     both = run_offline(project, "preview", "--stack", "scratch", "--baseline", "prod", "--render")
     assert both.returncode == 2 and "use one or the other" in both.stderr
+
+
+SU1_LEAVES = tuple(f"leaf-su1-r{r}" for r in range(8))
+SU2_LEAVES = tuple(f"leaf-su2-r{r}" for r in range(8))
+PROD_LEAVES = ("leaf-su1-r0-1", "leaf-su1-r2-3", "leaf-su1-r4-5", "leaf-su1-r6-7")
+
+
+def resize(project: Path, su1: int, su2: int, switches: tuple[str, ...] = (),
+           retired: tuple[str, ...] = (), **fabric: Any) -> None:
+    """Give prod `su1` GPU nodes in SU 1 and `su2` in SU 2 (a second range, numbered on),
+    with inventory rows for every node beyond the first 8 and facts for the new switches."""
+    stack = project / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    cluster = doc["config"][KEY]
+    first = cluster["gpuNodes"]["ranges"][0]
+    per_rack = first["nodesPerRack"]
+    first["count"] = su1
+    first["racks"] = [f"r{i:02d}" for i in range(1, -(-su1 // per_rack) + 1)]
+    ranges = [first]
+    if su2:
+        start = len(first["racks"]) + 1
+        ranges.append({**first, "start": su1, "count": su2, "su": 2,
+                       "managementIpStart": f"10.10.1.{100 + su1}",
+                       "bmcAddressStart": f"10.11.1.{100 + su1}",
+                       "racks": [f"r{i:02d}" for i in range(start, start - (-su2 // per_rack))]})
+    cluster["gpuNodes"]["ranges"] = ranges
+    cluster["fabric"].update(fabric)
+    facts = cluster["fabric"]
+    for name in retired:
+        for key in ("switchGuids", "switchManagementIps", "switchHostKeys"):
+            facts[key].pop(name, None)
+    for name in switches:
+        i = len(facts["switchGuids"])
+        facts["switchGuids"][name] = f"0xfc6a1c0300b{i:05x}"
+        facts["switchManagementIps"][name] = f"10.10.2.{40 + i}"
+        facts["switchHostKeys"][name] = f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{i:02d}" + "y" * 41
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    inventory = project / "inventory/prod.csv"
+    rows = [r for r in inventory.read_text().splitlines() if r]
+    have = {r.split(",")[0] for r in rows[1:]}
+    hcas = cluster["gpuNodes"]["template"]["hcas"]
+    rows += [f"gpu-node-{n:02d},{r},{hca},0xb83fd20300b{n:02x}c{2 * r:02x},"
+             f"5c:25:73:31:{n:02x}:10,ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{n:02d}" + "x" * 41
+             for n in range(su1 + su2) if f"gpu-node-{n:02d}" not in have
+             for r, hca in enumerate(hcas)]
+    inventory.write_text("".join(row + "\n" for row in rows))
+
+
+def changed(project: Path) -> dict[str, set[str]]:
+    diff = json.loads((project / "build/prod/diff.json").read_text())
+    out: dict[str, set[str]] = {a: set() for a in ("create", "update", "replace", "delete")}
+    for c in diff:
+        out[c["action"]].add(c["name"])
+    return out
+
+
+def test_growing_to_a_full_su_and_one_node_beyond_says_what_it_costs(project: Path) -> None:
+    """8 -> 32: SU 1 full (31 nodes, its last slot is the subnet managers') and the 32nd node
+    opening SU 2. One leaf per rail and 8 spines (the two SUs' 512 uplinks): every existing link
+    moves, and the preview says so first, with what to rack and retire."""
+    assert run_offline(project, "preview", "--render").returncode == 0
+    resize(project, 31, 1, railsPerLeaf=1, spines=8, retired=PROD_LEAVES,
+           switches=(*SU1_LEAVES, *SU2_LEAVES, *[f"spine-{i:02d}" for i in range(3, 9)]))
+    out, steps = preview(project)
+    assert out[1] == ("  existing links moved: 194 (the fabric is re-cabled: every host on them "
+                      "is drained)")
+    assert out[3].startswith("  switches: rack 22 (leaf-su1-r0 … spine-08), retire 4")
+    assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
+    got = changed(project)
+    new_nodes = {f"gpu-node-{n:02d}" for n in range(8, 32)}
+    assert {c for c in got["create"] if c.startswith("gpu-node-")} == {
+        f"{h}{s}" for h in new_nodes for s in ("", "-prepare", "-ssh-keys", "-bmc", "-join-token",
+                                               "-kubeadm-join", "-member", "-placement",
+                                               "-reboot-check", "-reboot-drain", "-reboot",
+                                               "-reboot-wait", "-reboot-uncordon",
+                                               "-upgrade-drain", "-kubernetes-upgrade",
+                                               "-upgrade-uncordon")}
+    assert got["delete"] == {f"{leaf}-config" for leaf in PROD_LEAVES}
+    assert sum(s.startswith("rack and power new switch") for s in steps) == 22
+    assert sum(s.startswith("retire switch") for s in steps) == 4
+
+
+def test_a_second_su_planned_ahead_grows_without_moving_a_cable(project: Path) -> None:
+    """32 -> 40: the 32-node site above already has SU 2's leaves and the spines for both SUs,
+    so 8 more nodes in SU 2 only plug their own 64 cables into free leaf ports."""
+    resize(project, 31, 1, railsPerLeaf=1, spines=8, retired=PROD_LEAVES,
+           switches=(*SU1_LEAVES, *SU2_LEAVES, *[f"spine-{i:02d}" for i in range(3, 9)]))
+    assert run_offline(project, "preview", "--render").returncode == 0
+    resize(project, 31, 9)
+    out, steps = preview(project)
+    assert out[:5] == [
+        "Impact on hardware and running work:",
+        "  existing links moved: 0",
+        out[2],
+        "  nodes drained: 0",
+        "  outage: none expected (new links and hosts only)",
+    ]
+    assert out[2].startswith("  cables to plug: 64 (") and out[2].endswith("; to pull: 0")
+    got = changed(project)
+    assert not got["delete"]
+    # The acceptance test runs on every node: it is resized and run again.
+    assert got["replace"] == {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
+    # What else knows the new nodes: SU 2's leaves (their port descriptions), the subnet
+    # managers (GUIDs, partitions), SU 2's HyperNode and the acceptance queue's capacity.
+    assert got["update"] == {f"{leaf}-config" for leaf in SU2_LEAVES} | {
+        "fabric", "hypernode-su2", "queue-acceptance", "sm-01-opensm", "sm-02-opensm"}
+    assert {c.split("-")[2] for c in got["create"] if c.startswith("gpu-node-")} == {
+        f"{n:02d}" for n in range(32, 40)}
+    assert not [s for s in steps if s.startswith(("cordon", "move", "pull", "re-cable", "rack"))]
+    assert sum(s.startswith("plug   ") for s in steps) == 64

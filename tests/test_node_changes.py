@@ -7,7 +7,6 @@ inventory), previews, and reads `build/prod/diff.json`.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ from conftest import REPO, run_offline
 KEY = "gpu-cluster:cluster"
 
 # Every resource that exists because of one GPU node (named by its hostname).
-NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-bmc", "{h}-join-token", "{h}-kubeadm-join",
+NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-ssh-keys", "{h}-bmc", "{h}-join-token",
+                  "{h}-kubeadm-join",
                   "{h}-member", "{h}-placement", "{h}-reboot-check", "{h}-reboot-drain",
-                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon")
+                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon", "{h}-upgrade-drain",
+                  "{h}-kubernetes-upgrade", "{h}-upgrade-uncordon")
 REBOOT_CHAIN = ("{h}-reboot-check", "{h}-reboot-drain", "{h}-reboot", "{h}-reboot-wait",
                 "{h}-reboot-uncordon")
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
@@ -189,7 +190,8 @@ def test_a_change_without_a_boot_setting_reboots_nothing(project: Path) -> None:
     assert not names(diff, "replace") | names(diff, "create") | names(diff, "delete")
     runbook = text[text.index("Hardware-change runbook"):]
     assert "planned reboot" not in runbook
-    assert "host preparation changes on gpu-node-05: applied in place" in runbook
+    assert ("host preparation changes on 8 hosts (gpu-node-00 … gpu-node-07): applied in place"
+            in runbook)
 
 
 def test_a_new_board_is_drained_reseated_rejoined_with_a_fresh_token(project: Path) -> None:
@@ -292,31 +294,6 @@ def test_a_gpu_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
     assert release["inputs"]["values"]["operator"]["upgradeCRD"] is True
     step = next(line for line in text.splitlines() if "upgrade gpu-operator" in line)
     assert "waits (gpu-operator-rollout" in step and "ClusterPolicy reports ready" in step
-
-
-def test_a_kubernetes_upgrade_is_kubeadms_sequence_and_bumps_no_package(project: Path) -> None:
-    """1.35.2 -> 1.35.3: host preparation installs nothing on running hosts (a package bump
-    there would put kubelets ahead of the API server); the runbook gives kubeadm's order: the
-    first control plane (`upgrade apply`), then each GPU node drained (`upgrade node`), kubeadm
-    before kubelet and kubectl."""
-    render_baseline(project)
-    edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.35.3"))
-    diff, text = preview(project)
-    assert names(diff, "update") == {*(f"{h}-prepare" for h in [*GPU_NODES, "mgmt-01"]),
-                                     "mgmt-01-kubeadm-init", "kubelet-config"}
-    steps = [line.split(". ", 1)[1] for line in text.splitlines()
-             if re.match(r"^  \d+\. ", line)]
-    at = {key: next(i for i, s in enumerate(steps) if s.startswith(key))
-          for key in ("Kubernetes upgrade 1.35.2 -> 1.35.3", "on mgmt-01:",
-                      "then each GPU node")}
-    assert list(at.values()) == sorted(at.values())
-    first = steps[at["on mgmt-01:"]]
-    assert first.index("kubeadm=1.35.3-1.1") < first.index("kubeadm upgrade apply -y v1.35.3") \
-        < first.index("kubelet=1.35.3-1.1")
-    assert "kubeadm upgrade node" in steps[at["then each GPU node"]]
-    assert not any(s.startswith(("control-plane settings change", "roll it to")) for s in steps)
-    assert "  Kubernetes 1.35.2 -> 1.35.3: kubeadm upgrade by the runbook's steps" in text
-    assert "outage: each node's jobs are evicted in turn" in text
 
 
 def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(

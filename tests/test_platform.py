@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw
+from conftest import prod_raw, run_offline
 from sandbox import DGX_H100_RAIL_NETDEVS
 
 from components.config import Cluster, ConfigError, validate_cluster
@@ -481,7 +481,6 @@ def test_every_accepted_network_operator_release_renders() -> None:
     images, never crash the preview for want of an image-table entry."""
     from components.planning.compat import NETWORK_OPERATOR_K8S
 
-    assert set(NETWORK_OPERATOR_K8S) == set(platform.NETWORK_OPERATOR_IMAGES)
     for release in NETWORK_OPERATOR_K8S:
         raw = prod_raw()
         raw["platform"]["networkOperator"]["version"] = release
@@ -489,3 +488,31 @@ def test_every_accepted_network_operator_release_renders() -> None:
         raw["workloads"]["ncclTest"]["gate"] = False
         spec = platform.nic_cluster_policy(validate_cluster(raw, REPO))["spec"]
         assert spec["rdmaSharedDevicePlugin"]["version"] == f"network-operator-v{release}"
+
+
+def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> None:
+    """An operator upgrade to a release the stack has never seen: one entry in the pack's
+    release table and the version in the stack file, no code; the preview renders the new
+    release's images and the rollout wait, and the pack's version rule accepts it."""
+    assert run_offline(project, "preview", "--render").returncode == 0  # the baseline
+    data = project / "policies/gpu_guardrails/compat_data.py"
+    text = data.read_text()
+    entry = ('    "26.7.0": {"kubernetes": (32, 35), "repository": "nvcr.io/nvidia/mellanox",\n'
+             '               "docaDriver": "doca3.7.0-26.07-0.5.1.0-0"},\n')
+    data.write_text(text.replace('NETWORK_OPERATOR_RELEASES: dict[str, dict] = {\n',
+                                 'NETWORK_OPERATOR_RELEASES: dict[str, dict] = {\n' + entry))
+    stack = project / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    operator = doc["config"]["gpu-cluster:cluster"]["platform"]["networkOperator"]
+    operator["version"] = "26.7.0"
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run_offline(project, "preview")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    policy = yaml.safe_load((project / "build/prod/manifests/cluster"
+                             / "nicclusterpolicy-nic-cluster-policy.yaml").read_text())
+    for component in (policy["spec"]["nvIpam"], policy["spec"]["rdmaSharedDevicePlugin"],
+                      policy["spec"]["secondaryNetwork"]["multus"]):
+        assert (component["repository"], component["version"]) == (
+            "nvcr.io/nvidia/mellanox", "network-operator-v26.7.0")
+    runbook = (project / "build/prod/runbook.txt").read_text()
+    assert "upgrade network-operator first" in runbook

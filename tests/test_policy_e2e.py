@@ -124,13 +124,17 @@ def test_rules_md_is_current_and_lists_every_rule() -> None:
 
 
 def test_pack_version_matrix_is_the_stacks() -> None:
+    """One release table: the stack reads the pack's file and keeps no copy of its own."""
     from gpu_guardrails import compat_data
 
     from components.planning import compat
 
+    assert Path(compat.DATA.__file__).resolve() == Path(compat_data.__file__).resolve()
     for table in ("NETWORK_OPERATOR_K8S", "RDMA_INCOMPATIBLE", "GPU_OPERATOR_K8S",
                   "VOLCANO_HYPERNODE"):
         assert getattr(compat_data, table) == getattr(compat, table), table
+    source = (REPO / "components/planning/compat.py").read_text()
+    assert '"26.4.0"' not in source and '"v26.3.2"' not in source
 
 
 def test_pack_files_are_self_contained() -> None:

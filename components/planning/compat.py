@@ -1,32 +1,36 @@
 """Component version compatibility, as data, checked when the config is validated.
 
-Each rule cites what it encodes so a reviewer can update it when upstream publishes a new
-support matrix.
+The release tables are the policy pack's (policies/gpu_guardrails/compat_data.py): one entry
+there per operator release, each citing its source; the rules here read them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-# Network Operator release -> Kubernetes minor versions it supports (release notes).
-NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {
-    "26.4.0": (31, 35),
-    "26.4.1": (31, 35),
-}
 
-# (GPU Operator, Network Operator) pairs whose GPUDirect RDMA integration is not supported.
-RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = {
-    ("v26.3.2", "26.4.0"): "GPU Operator 26.3.2 does not support RDMA with Network Operator "
-    "26.4.0 (fixed by Network Operator 26.4.1)",
-}
+def _pack_data() -> ModuleType:
+    """The pack's release table (policies/gpu_guardrails/compat_data.py), loaded by path: the
+    pack owns it and never imports the stack, the stack reads the same entries."""
+    path = Path(__file__).resolve().parents[2] / "policies/gpu_guardrails/compat_data.py"
+    spec = importlib.util.spec_from_file_location("gpu_guardrails_compat_data", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-# GPU Operator release -> Kubernetes minor versions it supports (platform support matrix).
-GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
-    "v26.3.2": (30, 35),
-    "v26.7.0": (31, 35),
-}
+
+DATA = _pack_data()
+NETWORK_OPERATOR_RELEASES: dict[str, dict] = DATA.NETWORK_OPERATOR_RELEASES
+NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.NETWORK_OPERATOR_K8S
+GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.GPU_OPERATOR_K8S
+RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = DATA.RDMA_INCOMPATIBLE
+VOLCANO_HYPERNODE: tuple[str, ...] = DATA.VOLCANO_HYPERNODE
 
 # Kubeflow Training Operator: the v1 API (PyTorchJob, MPIJob kubeflow.org/v1) and the
 # --gang-scheduler-name flag the platform sets live on the release-1.9 branch only; master is
@@ -39,9 +43,6 @@ CALICO_K8S: dict[str, tuple[int, int]] = {
     "v3.30": (31, 33),
     "v3.31": (32, 35),
 }
-
-# Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
-VOLCANO_HYPERNODE = ("1.12.0",)
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,12 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
     yield from _kubernetes_range(
         k8s, "platform.networkOperator.version", "Network Operator", net,
         NETWORK_OPERATOR_K8S.get(net.lstrip("v")), "use one of "
-        + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release to "
-        "components/planning/compat.py with its Kubernetes range")
+        + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release "
+        "to policies/gpu_guardrails/compat_data.py (its Kubernetes range and images)")
     yield from _kubernetes_range(
         k8s, "platform.gpuOperator.version", "GPU Operator", gpu, GPU_OPERATOR_K8S.get(gpu),
         "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S)) + " or add the release to "
-        "components/planning/compat.py")
+        "policies/gpu_guardrails/compat_data.py")
 
     reason = RDMA_INCOMPATIBLE.get((gpu, net.lstrip("v")))
     if reason and cluster.platform.gpu_operator.gpudirect_rdma:

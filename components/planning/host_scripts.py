@@ -476,7 +476,7 @@ def _data_drive_env(node: GpuNode) -> dict[str, str]:
             "min": str(want - slack), "max": str(want + slack), "models": "|".join(drives.models)}
 
 
-def _kube_pkg_version(version: str) -> str:
+def kube_pkg_version(version: str) -> str:
     """Debian package version of the pkgs.k8s.io repository for a Kubernetes release."""
     return f"{version}-1.1"
 
@@ -496,7 +496,7 @@ def _common_env(cluster: Cluster) -> str:
     # Not dedent(): the multi-line SYSCTLS value would leave the lines indented.
     return (f'MODULES="{modules}"\n'
             f'SYSCTLS="{sysctls}"\n'
-            f'KUBE_PKG_VERSION="{_kube_pkg_version(cluster.kubernetes.version)}"\n'
+            f'KUBE_PKG_VERSION="{kube_pkg_version(cluster.kubernetes.version)}"\n'
             f'KUBE_REPO="https://pkgs.k8s.io/core:/stable:/v{minor}/deb"\n')
 
 

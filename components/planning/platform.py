@@ -15,26 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from components.config import Chart, Cluster
+from components.planning.compat import NETWORK_OPERATOR_RELEASES
 from components.planning.fabric.model import FabricPlan
 from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
 from components.planning.release_placement import with_placement
-
-# Images each Network Operator release deploys: component tags from its chart values
-# (network-operator-v<release>) and the DOCA-OFED driver container of the release's container
-# image list (docs.nvidia.com/networking/display/kubernetes2640/platform-support.html). Every
-# release components/planning/compat.py accepts has an entry (tests/test_platform.py).
-NETWORK_OPERATOR_IMAGES: dict[str, dict[str, str]] = {
-    "26.4.0": {
-        "repository": "nvcr.io/nvidia/mellanox",
-        "doca_driver": "doca3.4.0-26.04-0.8.6.0-0",
-        "components": "network-operator-v26.4.0",
-    },
-    "26.4.1": {
-        "repository": "nvcr.io/nvidia/mellanox",
-        "doca_driver": "doca3.4.1-26.04-1.1.0.0-1",
-        "components": "network-operator-v26.4.1",
-    },
-}
 
 RDMA_NETWORK = "ib-rail0"  # the IPoIB attachment pods use for NCCL's bootstrap socket
 POD_RDMA_INTERFACE = "net1"  # Multus names the first extra interface net1
@@ -247,8 +231,10 @@ RDMA_HCA_MAX = 63
 
 def nic_cluster_policy(cluster: Cluster) -> dict:
     no = cluster.platform.network_operator
-    images = NETWORK_OPERATOR_IMAGES[no.version.lstrip("v")]
-    repo, comp = images["repository"], images["components"]
+    release = no.version.lstrip("v")
+    # The release's own images (its compat_data entry; the config accepts no other release).
+    images = NETWORK_OPERATOR_RELEASES[release]
+    repo, comp = images["repository"], f"network-operator-v{release}"
     device_plugin_config = {
         "configList": [{
             "resourceName": no.rdma_resource_name,
@@ -282,7 +268,7 @@ def nic_cluster_policy(cluster: Cluster) -> dict:
     }
     if no.ofed == "operator":
         spec["ofedDriver"] = {
-            "image": "doca-driver", "repository": repo, "version": images["doca_driver"],
+            "image": "doca-driver", "repository": repo, "version": images["docaDriver"],
             "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1,
                               "drain": {"enable": True, "force": False, "deleteEmptyDir": True,
                                         "timeoutSeconds": 1800}},

@@ -1,16 +1,39 @@
-"""Component version compatibility as data (the pack cannot import the stack's code: the CLI
-runs it from policies/ alone). Kept equal to components/planning/compat.py by a test."""
+"""Operator releases and component compatibility, as data: the one table the stack and the pack
+both read (the pack owns it, because the CLI runs the pack from policies/ alone; the stack loads
+this file by path). A new GPU or Network Operator release is one entry here and a config change.
 
-NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {
-    "26.4.0": (31, 35),
-    "26.4.1": (31, 35),
+Each entry cites its source, so a reviewer can check it against the vendor's matrix."""
+
+# Network Operator release -> the Kubernetes minors it supports (release notes, "Platform
+# Support") and the DOCA-OFED driver container of its container image list
+# (docs.nvidia.com/networking/display/kubernetes<release>/platform-support.html). The other
+# components (RDMA shared device plugin, Multus, CNI plugins, IPoIB CNI, nv-ipam) are tagged
+# network-operator-v<release> in the release's chart values, under `repository`.
+NETWORK_OPERATOR_RELEASES: dict[str, dict] = {
+    "26.4.0": {"kubernetes": (31, 35), "repository": "nvcr.io/nvidia/mellanox",
+               "docaDriver": "doca3.4.0-26.04-0.8.6.0-0"},
+    "26.4.1": {"kubernetes": (31, 35), "repository": "nvcr.io/nvidia/mellanox",
+               "docaDriver": "doca3.4.1-26.04-1.1.0.0-1"},
 }
+
+# GPU Operator release -> the Kubernetes minors it supports (GPU Operator platform support
+# matrix). Its images come from the chart itself (pinned by the chart version).
+GPU_OPERATOR_RELEASES: dict[str, dict] = {
+    "v26.3.2": {"kubernetes": (30, 35)},
+    "v26.7.0": {"kubernetes": (31, 35)},
+}
+
+# (GPU Operator, Network Operator) pairs whose GPUDirect RDMA integration is not supported.
 RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = {
     ("v26.3.2", "26.4.0"): "GPU Operator 26.3.2 does not support RDMA with Network Operator "
     "26.4.0 (fixed by Network Operator 26.4.1)",
 }
-GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
-    "v26.3.2": (30, 35),
-    "v26.7.0": (31, 35),
-}
+
+# Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
 VOLCANO_HYPERNODE = ("1.12.0",)
+
+# The Kubernetes ranges alone, as the version rules read them.
+NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {
+    release: entry["kubernetes"] for release, entry in NETWORK_OPERATOR_RELEASES.items()}
+GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = {
+    release: entry["kubernetes"] for release, entry in GPU_OPERATOR_RELEASES.items()}

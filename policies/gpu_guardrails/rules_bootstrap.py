@@ -151,7 +151,7 @@ def _semver(v: str) -> tuple[int, ...]:
 def component_versions_compatible(args: StackValidationArgs, report: ReportViolation) -> None:
     """Each pin is valid alone; the pairs are not: GPU Operator v26.3.2 with Network Operator
     26.4.0 loses GPUDirect RDMA, and operators refuse Kubernetes minors they do not support.
-    The matrix is compat_data.py (equal to components/planning/compat.py)."""
+    The matrix is compat_data.py, the one release table the stack reads too."""
     charts: dict[str, tuple[str, str]] = {}
     minor = None
     for r in args.resources:

@@ -1,0 +1,237 @@
+"""Kubernetes upgrades the kubeadm way (kubernetes.io/docs/tasks/administer-cluster/kubeadm/
+kubeadm-upgrade/), run for real in a sandbox against the stub kubeadm, kubectl and apt, and
+read as a reviewer reads the preview of a version change.
+
+kubeadm's order: on the first control plane the kubeadm package, `kubeadm upgrade plan` and
+`upgrade apply`, then the node drained for its kubelet and kubectl; the other control planes
+`upgrade node`; the workers drained (PodDisruptionBudgets honoured by the eviction API), `kubeadm
+upgrade node`, kubelet and kubectl, uncordoned. The version skew policy: one minor at a time,
+never back, no kubelet newer than the API server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import prod_raw, run_offline
+from sandbox import Sandbox, unavailable
+
+from components.config import Cluster, validate_cluster
+from components.planning import upgrade
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = "gpu-cluster:cluster"
+CP = "mgmt-01"
+NODE = "gpu-node-00"
+
+
+def cluster(version: str = "1.35.2", batch: int = 1) -> Cluster:
+    raw = prod_raw()
+    raw["kubernetes"]["version"] = version
+    raw["kubernetes"]["upgradeBatch"] = batch
+    return validate_cluster(raw, REPO)
+
+
+@pytest.fixture
+def sandbox_root(tmp_path: Path) -> Path:
+    if (why := unavailable()) is not None:
+        pytest.skip(why)
+    return tmp_path
+
+
+def control_plane(root: Path, version: str) -> Sandbox:
+    """A control-plane host running `version`: its API server, packages and Node."""
+    sb = Sandbox(root / CP, CP)
+    (sb.root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (sb.root / "etc/kubernetes/admin.conf").write_text("# admin\n")
+    (sb.root / upgrade.APISERVER_MANIFEST.lstrip("/")).write_text(
+        f"    image: registry.k8s.io/kube-apiserver:v{version}\n")
+    for pkg in ("kubeadm", "kubelet", "kubectl"):
+        (sb.state / "pkgs" / pkg).write_text(f"{version}-1.1\n")
+        (sb.state / "held" / pkg).touch()
+    (sb.state / "cluster/version").write_text(f"{version}\n")
+    (sb.state / "cluster/kubelet").mkdir()
+    for node in (CP, NODE, "gpu-node-01"):
+        sb.add_node(node)
+        (sb.state / "cluster/kubelet" / node).write_text(f"v{version}")
+    return sb
+
+
+def order(run, *prefixes: tuple[str, ...]) -> list[int]:
+    """Index of the first call starting with each prefix (asserting every one was made)."""
+    found = []
+    for prefix in prefixes:
+        hits = [i for i, c in enumerate(run.calls) if c[:len(prefix)] == prefix]
+        assert hits, f"no call {prefix}:\n{run.explain()}"
+        found.append(hits[0])
+    return found
+
+
+def installs(run, pkg: str) -> int:
+    return next(i for i, c in enumerate(run.calls)
+                if c[0] == "apt-get" and "install" in c and any(a.startswith(f"{pkg}=")
+                                                                 for a in c))
+
+
+# ---------------------------------------------------------------- the control plane
+
+def test_the_first_control_plane_upgrades_in_kubeadms_order(sandbox_root: Path) -> None:
+    sb = control_plane(sandbox_root, "1.34.3")
+    run = sb.run(upgrade.control_plane_script(cluster(), CP, first=True))
+    assert run.returncode == 0, run.explain()
+    kubeadm_pkg = installs(run, "kubeadm")
+    plan, apply, drain, restart, uncordon = order(
+        run, ("kubeadm", "upgrade", "plan", "v1.35.2"),
+        ("kubeadm", "upgrade", "apply", "-y", "v1.35.2"), ("kubectl", "drain", CP),
+        ("systemctl", "restart", "kubelet"), ("kubectl", "uncordon", CP))
+    kubelet_pkg = installs(run, "kubelet")
+    assert kubeadm_pkg < plan < apply < drain < kubelet_pkg < restart < uncordon
+    assert (sb.state / "pkgs/kubelet").read_text().strip() == "1.35.2-1.1"
+    assert {p.name for p in (sb.state / "held").iterdir()} >= {"kubeadm", "kubelet", "kubectl"}
+    again = sb.run(upgrade.control_plane_script(cluster(), CP, first=True))
+    assert again.returncode == 0 and not again.changes, again.explain()
+
+
+def test_a_control_plane_at_the_target_changes_nothing(sandbox_root: Path) -> None:
+    """The first bring-up: `kubeadm init` installed the target; the command is a no-op."""
+    sb = control_plane(sandbox_root, "1.35.2")
+    run = sb.run(upgrade.control_plane_script(cluster(), CP, first=True))
+    assert run.returncode == 0 and not run.changes, run.explain()
+
+
+@pytest.mark.parametrize(("running", "says"), [
+    ("1.33.6", "one minor version at a time"),
+    ("1.35.3", "never downgrades"),
+])
+def test_the_skew_policy_is_enforced_on_the_host(sandbox_root: Path, running: str,
+                                                  says: str) -> None:
+    sb = control_plane(sandbox_root, running)
+    run = sb.run(upgrade.control_plane_script(cluster(), CP, first=True))
+    assert run.returncode == 1 and says in run.stderr, run.explain()
+    assert not run.find("apt-get", "install") and not run.find("kubeadm")
+
+
+def test_a_further_control_plane_runs_upgrade_node(sandbox_root: Path) -> None:
+    sb = control_plane(sandbox_root, "1.34.3")
+    run = sb.run(upgrade.control_plane_script(cluster(), CP, first=False))
+    assert run.returncode == 0, run.explain()
+    assert not run.find("kubeadm", "upgrade", "apply")
+    node, drain = order(run, ("kubeadm", "upgrade", "node"), ("kubectl", "drain", CP))
+    assert installs(run, "kubeadm") < node < drain < installs(run, "kubelet")
+
+
+# ---------------------------------------------------------------- the GPU nodes
+
+def test_a_gpu_node_is_drained_upgraded_and_uncordoned(sandbox_root: Path) -> None:
+    cp = control_plane(sandbox_root, "1.35.2")  # its control plane upgraded already
+    (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
+    c = cluster()
+    drain = cp.run(upgrade.drain_script(c, NODE, (NODE,)))
+    assert drain.returncode == 0, drain.explain()
+    (call,) = drain.find("kubectl", "drain", NODE)
+    # Through the eviction API (no --disable-eviction), which PodDisruptionBudgets hold back.
+    assert "--timeout=30m" in call and "--disable-eviction" not in call
+
+    node = Sandbox(sandbox_root / NODE, NODE)
+    for pkg in ("kubeadm", "kubelet", "kubectl"):
+        (node.state / "pkgs" / pkg).write_text("1.34.3-1.1\n")
+        (node.state / "held" / pkg).touch()
+    run = node.run(upgrade.node_script(c, NODE))
+    assert run.returncode == 0, run.explain()
+    (upgrade_node,) = order(run, ("kubeadm", "upgrade", "node"))
+    assert installs(run, "kubeadm") < upgrade_node < installs(run, "kubelet")
+    assert run.find("systemctl", "restart", "kubelet")
+    assert not node.run(upgrade.node_script(c, NODE)).changes
+
+    (cp.state / "cluster/kubelet" / NODE).write_text("v1.35.2")  # the kubelet reports it
+    done = cp.run(upgrade.uncordon_script(c, NODE))
+    assert done.returncode == 0, done.explain()
+    assert done.find("kubectl", "uncordon", NODE)
+
+
+def test_a_node_cordoned_before_the_upgrade_stays_cordoned(sandbox_root: Path) -> None:
+    cp = control_plane(sandbox_root, "1.35.2")
+    (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
+    (cp.state / "cluster/nodes" / NODE).write_text("cordon\n")  # someone's maintenance
+    c = cluster()
+    assert cp.run(upgrade.drain_script(c, NODE, (NODE,))).returncode == 0
+    (cp.state / "cluster/kubelet" / NODE).write_text("v1.35.2")
+    done = cp.run(upgrade.uncordon_script(c, NODE))
+    assert done.returncode == 0 and "stays cordoned" in done.stdout, done.explain()
+    assert not done.find("kubectl", "uncordon")
+
+
+def test_no_worker_is_upgraded_ahead_of_the_api_server(sandbox_root: Path) -> None:
+    cp = control_plane(sandbox_root, "1.34.3")  # the control plane has not upgraded
+    run = cp.run(upgrade.drain_script(cluster(), NODE, (NODE,)))
+    assert run.returncode == 1 and "a kubelet is never newer" in run.stderr, run.explain()
+    assert not run.find("kubectl", "drain")
+
+
+def test_a_batch_never_splits_a_running_gang_job(sandbox_root: Path) -> None:
+    """A 2-node PyTorchJob runs on gpu-node-00 and gpu-node-01. Draining gpu-node-00 alone would
+    evict one worker and restart the whole job: the batch waits for the job, then stops naming
+    it; a batch holding both nodes drains them together."""
+    cp = control_plane(sandbox_root, "1.35.2")
+    (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
+    (cp.state / "cluster/pods").write_text(
+        f"training\tllama-70b-pretrain\t{NODE}\ntraining\tllama-70b-pretrain\tgpu-node-01\n"
+        "inference\t\tgpu-node-01\n")
+    alone = cp.run(upgrade.drain_script(cluster(), NODE, (NODE,)), timeout=300)
+    assert alone.returncode == 1, alone.explain()
+    assert "training/llama-70b-pretrain (also on gpu-node-01)" in alone.stderr
+    assert not alone.find("kubectl", "drain")
+    assert len(alone.find("sleep")) == upgrade.GANG_WAIT_S // 60  # it waited, a minute a time
+    together = cp.run(upgrade.drain_script(cluster(batch=2), NODE, (NODE, "gpu-node-01")))
+    assert together.returncode == 0 and together.find("kubectl", "drain", NODE), \
+        together.explain()
+
+
+def test_upgrade_batches_follow_the_config() -> None:
+    nodes = [f"gpu-node-{i:02d}" for i in (3, 0, 2, 1, 4)]
+    assert upgrade.batches(nodes, 2) == [("gpu-node-00", "gpu-node-01"),
+                                         ("gpu-node-02", "gpu-node-03"), ("gpu-node-04",)]
+
+
+# ---------------------------------------------------------------- the preview
+
+def set_version(project: Path, version: str) -> None:
+    stack = project / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    doc["config"][KEY]["kubernetes"]["version"] = version
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.mark.parametrize(("old", "new"), [("1.35.1", "1.35.2"), ("1.34.3", "1.35.2")])
+def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
+                                                        new: str) -> None:
+    """A patch and a minor upgrade: the upgrade commands of every host re-run with the new
+    target, the host preparation points at the new packages (a minor: the new repository),
+    the control plane's config says the new version; nothing joins, reboots or is replaced."""
+    set_version(project, old)
+    proc = run_offline(project, "preview", "--render")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    set_version(project, new)
+    proc = run_offline(project, "preview")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    diff = yaml.safe_load((project / "build/prod/diff.json").read_text())
+    changed = {c["name"]: c["action"] for c in diff}
+    gpus = [f"gpu-node-{i:02d}" for i in range(8)]
+    hosts = [CP, *gpus]  # the subnet-manager hosts run no Kubernetes
+    expected = ({f"{h}-prepare" for h in hosts} | {f"{CP}-kubeadm-init", "kubelet-config",
+                                                   f"{CP}-kubernetes-upgrade"}
+                | {f"{h}-{s}" for h in gpus
+                   for s in ("upgrade-drain", "kubernetes-upgrade", "upgrade-uncordon")})
+    assert set(changed) == expected
+    assert set(changed.values()) == {"update"}
+    impact = proc.stdout.splitlines()
+    assert impact[1] == (f"  Kubernetes {old} -> {new}: `pulumi up` runs kubeadm's upgrade: the "
+                         "control plane, then the GPU nodes one at a time, each drained")
+    assert impact[4] == ("  nodes drained: 9 (gpu-node-00 … mgmt-01), each in turn for the "
+                         "upgrade")
+    steps = (project / "build/prod/runbook.txt").read_text()
+    assert f"kubeadm upgrade apply -y v{new} on {CP}" in steps
+    assert "gpu-node-00, then gpu-node-01" in steps
+
