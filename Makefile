@@ -28,7 +28,7 @@ deps:
 	fi
 
 preview: $(VENV)/.installed
-	$(PY) -m offline preview --stack $(STACK)
+	$(PY) -m offline preview --stack $(STACK) $(if $(POLICY_PACK),--policy-pack $(POLICY_PACK))
 
 render: $(VENV)/.installed
 	$(PY) -m offline preview --stack $(STACK) --render

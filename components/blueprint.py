@@ -51,7 +51,7 @@ from components.planning.fabric.render import report_lines as fabric_report
 from components.platform import Platform, PlatformArgs
 from components.remote import connection
 from components.storage import Storage, StorageArgs
-from components.workloads import AcceptanceGate, Workload, WorkloadArgs
+from components.workloads import AcceptanceGate, ControlPlaneSetup, Workload, WorkloadArgs
 
 
 @dataclass
@@ -144,6 +144,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         artifacts[f"scripts/{host}/prepare-host.sh"] = args.prepare_script
         if args.authorized_keys_script:
             artifacts[f"scripts/{host}/ssh-keys.sh"] = args.authorized_keys_script
+    if (reservations := host_scripts.dhcp_hosts(nodes)):
+        artifacts["network/dhcp-hosts"] = reservations
     hardware = Hardware("hardware", host_args) if host_args else None
 
     # fabric
@@ -189,6 +191,9 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         kubelet_script = kubeadm.kubelet_config_script(cluster, init_host) if core else None
         if init_script:
             artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
+            # What every API server reads (--admission-control-config-file); the twin too.
+            artifacts["kubernetes/admission-config.yaml"] = \
+                kubeadm.admission_configuration_yaml(cluster)
         if kubelet_script:
             artifacts[f"scripts/{init_host.hostname}/kubelet-config.sh"] = kubelet_script
         for host, script in join_scripts.items():
@@ -203,13 +208,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                 artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
                     getattr(plan, step)
         kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
-        for host, script in kube_upgrade.control_planes.items():
-            artifacts[f"scripts/{host}/kubernetes-upgrade.sh"] = script
-        for host in kube_upgrade.nodes:
-            for i, (step, scripts) in enumerate((("drain", kube_upgrade.drains),
-                                                 ("node", kube_upgrade.nodes),
-                                                 ("uncordon", kube_upgrade.uncordons)), 1):
-                artifacts[f"scripts/{host}/kubernetes-upgrade/{i}-{step}.sh"] = scripts[host]
+        artifacts |= _upgrade_artifacts(kube_upgrade)
         leaves = placement.rail_leaves(fabric_plan)
         assert hardware is not None
         kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
@@ -244,6 +243,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         plat = Platform("platform", PlatformArgs(
             provider=provider,
             namespaces=platform.namespaces(cluster),
+            network_policies=platform.network_policies(cluster),
+            admission_policies=platform.rdma_pod_policy(cluster),
             releases=platform.helm_releases(cluster),
             release_objects={
                 "metallb": platform.metallb_objects(cluster),
@@ -292,12 +293,14 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                 depends_on=ready))
             for job in cluster.workloads.training
         }
-        apps |= {
-            svc.name: Workload(svc.name, WorkloadArgs(
+        for svc in cluster.workloads.inference:
+            key = workloads.api_key_script(svc)
+            artifacts[f"scripts/{init_host.hostname}/{svc.name}-api-key.sh"] = key
+            apps[svc.name] = Workload(svc.name, WorkloadArgs(
                 provider=provider, manifests=workloads.inference_objects(cluster, svc),
-                depends_on=ready))
-            for svc in cluster.workloads.inference
-        }
+                depends_on=ready, setup=ControlPlaneSetup(
+                    connection=cp.connection, script=key,
+                    delete=workloads.api_key_delete_command(svc))))
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())))
 
@@ -351,6 +354,15 @@ def _kubernetes_upgrade(cluster: Cluster, nodes: Sequence[GpuNode],
         nodes={h: upgrade.node_script(cluster, h) for h in workers},
         uncordons={h: upgrade.uncordon_script(cluster, h) for h in workers},
         batches=batches)
+
+
+def _upgrade_artifacts(up: KubernetesUpgrade) -> dict[str, str]:
+    files = {f"scripts/{host}/kubernetes-upgrade.sh": s for host, s in up.control_planes.items()}
+    for host in up.nodes:
+        for i, (step, scripts) in enumerate((("drain", up.drains), ("node", up.nodes),
+                                             ("uncordon", up.uncordons)), 1):
+            files[f"scripts/{host}/kubernetes-upgrade/{i}-{step}.sh"] = scripts[host]
+    return files
 
 
 def _planned_reboot(node: GpuNode) -> PlannedReboot:

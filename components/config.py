@@ -189,7 +189,13 @@ class Network(Model):
     management_cidr: Cidr
     bmc_cidr: Cidr | None = None
     domain: str = Field("cluster.internal", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    ingress_pool: tuple[IPv4, IPv4]  # MetalLB address range (first, last)
+    # The service network load-balancer addresses come from: never the management network,
+    # which carries SSH, the kubelets, etcd and the switches' management.
+    load_balancer_cidr: Cidr
+    ingress_pool: tuple[IPv4, IPv4]  # MetalLB address range (first, last) in it
+    # Interfaces MetalLB announces the addresses on (the service network's VLAN); none: all.
+    load_balancer_interfaces: tuple[Annotated[str, Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")], ...] = ()
     rdma_cidr: Cidr  # IPoIB addresses handed to pods' RDMA interfaces (whereabouts)
 
 

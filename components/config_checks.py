@@ -344,7 +344,8 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
     nets = [("network.managementCidr", c.network.management_cidr),
             ("kubernetes.podCidr", c.kubernetes.pod_cidr),
             ("kubernetes.serviceCidr", c.kubernetes.service_cidr),
-            ("network.rdmaCidr", c.network.rdma_cidr)]
+            ("network.rdmaCidr", c.network.rdma_cidr),
+            ("network.loadBalancerCidr", c.network.load_balancer_cidr)]
     if c.network.bmc_cidr:
         nets.append(("network.bmcCidr", c.network.bmc_cidr))
     nets.append(("storage.lnetAddresses.cidr", c.storage.lnet_addresses.cidr))
@@ -356,17 +357,12 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                               "the Lustre servers' IPoIB subnet")
     yield from _pod_cidr_problems(c)
     first, last = c.network.ingress_pool
-    if first > last or first not in c.network.management_cidr \
-            or last not in c.network.management_cidr:
+    lb = c.network.load_balancer_cidr
+    if first > last or first not in lb or last not in lb:
         yield Problem("network.ingressPool", [str(first), str(last)],
-                      "not an ascending range inside network.managementCidr",
-                      "give MetalLB [first, last] addresses on the management network")
-    else:
-        for path, ip in ips:
-            if first <= ip <= last:
-                yield Problem("network.ingressPool", [str(first), str(last)],
-                              f"contains {path} {ip}",
-                              "keep the MetalLB pool clear of host addresses")
+                      "not an ascending range inside network.loadBalancerCidr",
+                      "give MetalLB [first, last] addresses on the service network "
+                      f"({lb}), never on the management network")
 
     kubelet = c.kubernetes.kubelet
     gpu = c.gpu_nodes.template.gpu

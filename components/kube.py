@@ -20,9 +20,14 @@ KINDS: dict[tuple[str, str], Any] = {
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
     ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,
     ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,
+    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -29,6 +29,9 @@ class PlatformArgs:
     training_operator_dir: str  # our kustomization (upstream overlay + gang-scheduling patch)
     # Where `pulumi up` waits for the operators' rollouts (the first control plane); None: no wait
     wait_connection: Any = None
+    network_policies: list[dict] = field(default_factory=list)  # each namespace's baseline
+    # Admission policies (a policy before its binding), in place before any workload.
+    admission_policies: list[dict] = field(default_factory=list)
 
 
 class Platform(pulumi.ComponentResource):
@@ -39,6 +42,14 @@ class Platform(pulumi.ComponentResource):
         self.namespaces = {
             ns["metadata"]["name"]: apply(ns, child) for ns in args.namespaces
         }
+        self.network_policies = [
+            apply(p, pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=[self.namespaces[p["metadata"]["namespace"]]])))
+            for p in args.network_policies]
+        self.admission_policies: list[pulumi.CustomResource] = []
+        for p in args.admission_policies:
+            self.admission_policies.append(apply(p, pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=self.admission_policies[-1:]))))
         # Before any workload: a pod naming a class that does not exist is refused at admission.
         self.priority_classes = [apply(pc, child) for pc in args.priority_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}

@@ -25,11 +25,22 @@ class AcceptanceGate:
 
 
 @dataclass(frozen=True)
+class ControlPlaneSetup:
+    """A command run on the control plane before the workload's objects (e.g. minting an
+    API key Secret), undone by `delete` when the workload goes."""
+
+    connection: command.remote.ConnectionArgs
+    script: str
+    delete: str
+
+
+@dataclass(frozen=True)
 class WorkloadArgs:
     provider: k8s.Provider
     manifests: list[dict]
     depends_on: list[pulumi.Resource]
     gate: AcceptanceGate | None = None
+    setup: ControlPlaneSetup | None = None
 
 
 class Workload(pulumi.ComponentResource):
@@ -39,8 +50,14 @@ class Workload(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkloadArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:workloads:Workload", name, None, opts)
+        self.setup = None
+        if args.setup is not None:
+            self.setup = remote_command(
+                f"{name}-setup", connection=args.setup.connection, create="sudo bash -s",
+                stdin=args.setup.script, delete=args.setup.delete,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
         child = pulumi.ResourceOptions(parent=self, provider=args.provider,
-                                       depends_on=args.depends_on)
+                                       depends_on=[*args.depends_on, *_present(self.setup)])
         self.objects = [apply(m, _opts(m, child)) for m in args.manifests]
         self.gate = None
         if args.gate is not None:
@@ -70,6 +87,10 @@ def _opts(manifest: dict, child: pulumi.ResourceOptions) -> pulumi.ResourceOptio
         return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
             replace_on_changes=["spec"], delete_before_replace=True))
     return child
+
+
+def _present(*resources: pulumi.Resource | None) -> list[pulumi.Resource]:
+    return [r for r in resources if r is not None]
 
 
 def _digest(script: str, manifests: list[dict]) -> str:

@@ -68,8 +68,9 @@ def _render(project: Path, args: argparse.Namespace, policy_config: Path | None 
             with_policies: bool = True) -> Rendering | int:
     """The rendering, or the exit status after printing why there is none."""
     try:
+        pack = getattr(args, "policy_pack", None)
         return render(project, args.stack, policy_config, with_policies=with_policies,
-                      timeout=args.timeout)
+                      timeout=args.timeout, policy_pack=Path(pack) if pack else None)
     except ConfigFailure as err:
         print(str(err), file=sys.stderr)
         return EXIT_CONFIG
@@ -186,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy-config", help="JSON policy config (the `pulumi preview "
                    "--policy-pack-config` format); default policies/policy-config.<stack>.json "
                    "when it exists")
+    p.add_argument("--policy-pack", metavar="DIR",
+                   help="the policy pack (gpu_guardrails and its policy-config.<stack>.json) "
+                        "to judge with; default policies/. CI passes the base branch's, so a "
+                        "change cannot weaken the rules or add the suppressions that judge it")
     p.set_defaults(func=cmd_preview)
 
     p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")

@@ -77,9 +77,8 @@ class PolicyPackInfo:
     default_level: EnforcementLevel
 
 
-def load_pack(project_dir: Path) -> PolicyPackInfo | None:
-    """Import `policies/gpu_guardrails` (never `policies/__main__.py`: it blocks serving)."""
-    pdir = project_dir / "policies"
+def load_pack(pdir: Path) -> PolicyPackInfo | None:
+    """Import `<pdir>/gpu_guardrails` (never `__main__.py`: it blocks serving)."""
     if not (pdir / RULES_MODULE / "__init__.py").is_file():
         return None
     if str(pdir) not in sys.path:
@@ -87,7 +86,7 @@ def load_pack(project_dir: Path) -> PolicyPackInfo | None:
     try:
         mod = importlib.import_module(RULES_MODULE)
     except Exception as err:
-        raise PolicyLoadError(f"importing policies/{RULES_MODULE} failed: {err!r}") from err
+        raise PolicyLoadError(f"importing {pdir}/{RULES_MODULE} failed: {err!r}") from err
     policies = list(getattr(mod, "POLICIES", []))
     names = [p.name for p in policies]
     dupes = sorted({n for n in names if names.count(n) > 1})

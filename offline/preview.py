@@ -111,6 +111,7 @@ def render(
     policy_config: Path | None = None,
     with_policies: bool = True,
     timeout: float | None = None,
+    policy_pack: Path | None = None,
 ) -> Rendering:
     t0 = time.perf_counter()
     # run_program changes into the project directory: make every path absolute first.
@@ -142,12 +143,14 @@ def render(
     levels: dict[str, str] = {}
     if with_policies:
         try:
-            pack = load_pack(project_dir)
+            # Another pack (a PR's base branch's) judges this program with its own config.
+            pack_dir = (policy_pack or project_dir / "policies").resolve()
+            pack = load_pack(pack_dir)
             if pack is None:
-                warnings.append("no policies/gpu_guardrails package: policies not run")
+                warnings.append(f"no {pack_dir}/gpu_guardrails package: policies not run")
             else:
                 if policy_config is None:
-                    default = project_dir / "policies" / f"policy-config.{stack}.json"
+                    default = pack_dir / f"policy-config.{stack}.json"
                     policy_config = default if default.is_file() else None
                 conf = load_config_file(policy_config)
                 violations = run_policies(plan, pack, conf, set(cfg.placeholders))

@@ -391,11 +391,19 @@ def _board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] |
             if (m := re.match(rf'^interface ib 1/(\d+) description "({re.escape(host)} '
                               r'rail (\d+) \(\S+\))', line)))
         seats = "; ".join(f"rail {rail}: {sw} port {port}" for rail, sw, port in ports)
+        prepare = str((new_inputs or {}).get(next(
+            (u for u in new_inputs or {} if u.endswith(f"::{host}-prepare")), ""), {}).get(
+            "stdin", ""))
+        mac = re.search(r'^MANAGEMENT_MAC="([^"]+)"$', prepare, re.M)
+        dhcp = (f"; its management MAC is now {mac.group(1)}: load build/{stack}/network/"
+                "dhcp-hosts into the management network's DHCP/PXE server before power-on"
+                if mac else "")
         steps.append(
-            f"board replacement of {host} (its SSH host key changes in the inventory): kubectl "
-            f"drain {host} --ignore-daemonsets --delete-emptydir-data; power it off, swap the "
-            f"board, re-seat its cables exactly where they were ({seats or 'none'}); power it "
-            "on with DGX OS. `pulumi up` then re-applies its BMC settings, prepares it (a planned "
+            f"board replacement of {host} (its SSH host key changes in the inventory{dhcp}): "
+            f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data; power it off, "
+            f"swap the board, re-seat its cables exactly where they were ({seats or 'none'}); "
+            "power it on with DGX OS. `pulumi up` then re-applies its BMC settings, prepares it "
+            "(a planned "
             "reboot if needed) and joins it with a fresh token. Check `ibstat` port GUIDs "
             f"against the inventory and `make verify-fabric STACK={stack}`, then kubectl "
             f"uncordon {host}")

@@ -489,6 +489,22 @@ case "$verb ${1-}" in
     exit 0 ;;
   "get pods")
     cat "$S/cluster/pods" 2>/dev/null; exit 0 ;;
+  "get secret")  # $S/cluster/secrets/<namespace>/<name>/<key>
+    [ -d "$S/cluster/secrets/$ns/$2" ] \
+      || { echo "Error from server (NotFound): secrets \"$2\" not found" >&2; exit 1; }
+    echo "$2   Opaque   1   1s"; exit 0 ;;
+  "create secret")
+    [ "$2" = generic ] || { echo "stub: generic secrets only" >&2; exit 1; }
+    d="$S/cluster/secrets/$ns/$3"
+    mkdir -p "$(dirname "$d")"
+    mkdir "$d" 2>/dev/null || { echo "error: secrets \"$3\" already exists" >&2; exit 1; }
+    for a in "${@:4}"; do
+      case "$a" in
+        --from-file=*=*) kv=${a#--from-file=}; cat "${kv#*=}" > "$d/${kv%%=*}" ;;
+        --from-literal=*=*) kv=${a#--from-literal=}; printf '%s' "${kv#*=}" > "$d/${kv%%=*}" ;;
+      esac
+    done
+    echo "secret/$3 created"; exit 0 ;;
   "annotate node")
     [ -e "$N/$2" ] || { echo "Error from server (NotFound): nodes \"$2\" not found" >&2; exit 1; }
     mkdir -p "$A/$2"
@@ -559,7 +575,12 @@ echo "sminfo: sm lid 1 sm guid 0xb83fd20300f10002, activity count 42 priority 15
     # Record-only: present so nothing reaches a real binary.
     "update-initramfs": "",
     "opensm": "",
-    "openssl": "",
+    # `openssl rand -hex N`: N random bytes as hex, like the real one; anything else: nothing.
+    "openssl": r"""
+if [ "${1-}" = rand ] && [ "${2-}" = -hex ]; then
+  od -An -N"$3" -tx1 /dev/urandom | tr -d ' \n'; echo
+fi
+""",
     "ip": "",
     "hostnamectl": "",
     "udevadm": "",
@@ -693,6 +714,9 @@ class Sandbox:
     hostname: str = "host"
     hcas: Mapping[str, str] = field(default_factory=dict)  # HCA name -> PCI address
     boot_arrays: set[str] = field(default_factory=set)  # md arrays the OS assembles at boot
+    # The management interface's MAC (/sys/class/net/eno1/address); by default the inventory's
+    # for a prod GPU node of this name.
+    management_mac: str | None = None
 
     def __post_init__(self) -> None:
         self.root = self.base / "root"
@@ -725,8 +749,17 @@ class Sandbox:
             stub.chmod(0o755)
         for hca, pci in self.hcas.items():
             self.add_hca(hca, pci)
+        mac = self.management_mac or _prod_macs().get(self.hostname)
+        if mac:
+            self.add_nic("eno1", mac)
 
     # --- arranging the host -------------------------------------------------------------------
+    def add_nic(self, name: str, mac: str) -> None:
+        """An Ethernet interface (the management network's) with its MAC address."""
+        nic = self.root / "sys/class/net" / name
+        nic.mkdir(parents=True, exist_ok=True)
+        (nic / "address").write_text(mac + "\n")
+
     def add_hca(self, hca: str, pci: str) -> None:
         """/sys/class/infiniband/<hca> -> ../../devices/.../<pci>/infiniband/<hca>, whose
         `device` link points at the fake PCI function (so `readlink -f` resolves it), and the
@@ -1106,6 +1139,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @functools.cache
+@functools.cache
+def _prod_macs() -> dict[str, str]:
+    return {n.hostname: n.management_mac for n in prod_cluster().nodes if n.management_mac}
+
+
 def prod_cluster():  # noqa: ANN201 - components.config.Cluster, imported lazily
     import yaml
 
@@ -1154,8 +1192,11 @@ def prod_scripts() -> dict[str, str]:
         scripts |= {f"{h}/kubernetes-upgrade/1-drain.sh": upgrade.drain_script(cluster, h, (h,)),
                     f"{h}/kubernetes-upgrade/2-node.sh": upgrade.node_script(cluster, h),
                     f"{h}/kubernetes-upgrade/3-uncordon.sh": upgrade.uncordon_script(cluster, h)}
+    from components.planning import workloads
+
+    for svc in cluster.workloads.inference:
+        scripts[f"{init_host.hostname}/{svc.name}-api-key.sh"] = workloads.api_key_script(svc)
     if cluster.workloads.nccl_test is not None:
-        from components.planning import workloads
         scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = workloads.nccl_gate_script(
             cluster, cluster.workloads.nccl_test)
     return dict(sorted(scripts.items()))

@@ -214,11 +214,20 @@ READ_ONLY_SCRIPTS = {("control-plane", "nccl-acceptance.sh")}
 # Run in chain order with a reboot between them (and a second pass that changes nothing) by
 # tests/test_planned_reboots.py: scripts/<node>/planned-reboot/*.sh.
 CHAINED_SCRIPTS = {("gpu-worker", "planned-reboot")}
+# Run in their own sandboxes, each in the situations it exists for.
+ELSEWHERE = {
+    # tests/test_kubernetes_upgrade.py: each step of the upgrade, and a second run
+    ("gpu-worker", "kubernetes-upgrade"), ("control-plane", "kubernetes-upgrade.sh"),
+    # tests/test_secret_rotation.py: adopt, authorise, swap, drop, never empty
+    ("gpu-worker", "ssh-keys.sh"), ("control-plane", "ssh-keys.sh"), ("sm-host", "ssh-keys.sh"),
+    # tests/test_workloads.py: minted once, never on a command line
+    ("control-plane", "llama-70b-api-key.sh"),
+}
 
 
 def test_every_rendered_script_is_covered() -> None:
     rendered = {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS}
-    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS | CHAINED_SCRIPTS
+    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS | CHAINED_SCRIPTS | ELSEWHERE
 
 
 def test_read_only_scripts_only_read() -> None:
@@ -275,6 +284,7 @@ def test_a_rail_named_otherwise_than_configured_fails_with_the_fix(tmp_path: Pat
         sb.path(d).mkdir()
     for hca, pci in other.items():
         sb.add_hca(hca, pci)
+    sb.add_nic("eno1", node.management_mac)
     run = sb.run(script(GPU, "prepare-host.sh"))
     assert run.returncode == 1
     assert (f"rail 2: {node.rails[2].hca}'s IPoIB interface is 'ibp81s0', the stack config "
@@ -575,3 +585,21 @@ def test_a_new_kubernetes_version_installs_nothing_on_a_running_host(tmp_path: P
     assert (sb.state / "pkgs" / "kubelet").read_text() == "1.34.2-1.1\n"
     sources = sb.path("/etc/apt/sources.list.d/kubernetes.list").read_text()
     assert "core:/stable:/v1.35/deb" in sources
+
+
+def test_a_board_whose_mac_is_not_the_inventorys_changes_nothing(tmp_path: Path) -> None:
+    """A replaced board with the inventory row not yet updated (or a typo in it): its DHCP
+    reservation (build/<stack>/network/dhcp-hosts) would hand the address to the wrong MAC at
+    the next reinstall. The script stops first, before any change, naming the fix."""
+    node = NODES[GPU]
+    sb = Sandbox(tmp_path / GPU, GPU, DGX_H100_HCAS, management_mac="5c:25:73:99:99:01")
+    run = sb.run(script(GPU, "prepare-host.sh"))
+    assert run.returncode == 1 and not run.changes, run.explain()
+    assert f"managementMac {node.management_mac}" in run.stderr
+    assert "cat /sys/class/net/<interface>/address" in run.stderr
+
+
+def test_the_dhcp_reservations_are_the_inventorys_macs() -> None:
+    lines = host_scripts.dhcp_hosts(CLUSTER.nodes).splitlines()
+    assert lines[0] == "5c:25:73:31:00:10,10.10.1.100,gpu-node-00"  # inventory/prod.csv row 1
+    assert len(lines) == len(CLUSTER.nodes)

@@ -154,7 +154,7 @@ def test_secret_plaintext_never_reaches_a_message() -> None:
 
 @pytest.fixture(scope="module")
 def guardrails() -> PolicyPackInfo:
-    info = load_pack(REPO)
+    info = load_pack(REPO / "policies")
     assert info is not None
     return info
 

@@ -325,9 +325,12 @@ def test_namespaces_carry_pod_security_levels(build):
 
 def test_ingress_gets_an_address_and_a_certificate(build):
     (pool,) = of_kind(build, "IPAddressPool")
-    assert pool["spec"]["addresses"] == ["10.10.5.240-10.10.5.250"]  # network.ingressPool
+    assert pool["spec"]["addresses"] == ["10.12.0.240-10.12.0.250"]  # network.ingressPool
+    # Only a Service that names the pool gets an address from it (the ingress controller).
+    assert pool["spec"]["autoAssign"] is False
     (l2,) = of_kind(build, "L2Advertisement")
-    assert l2["spec"]["ipAddressPools"] == [pool["metadata"]["name"]]
+    assert l2["spec"] == {"ipAddressPools": [pool["metadata"]["name"]],
+                          "interfaces": ["bond0.112"]}  # network.loadBalancerInterfaces
     svc = helm(build)["ingress-nginx"]["values"]["controller"]["service"]
     assert svc["type"] == "LoadBalancer"
     assert svc["annotations"]["metallb.io/address-pool"] == pool["metadata"]["name"]

@@ -163,10 +163,10 @@ def test_workflows_run_the_pack_on_every_path() -> None:
 
     pr = wf["pull-request"]
     assert "pull_request" in pr[True]  # YAML 1.1 reads the key `on` as True
+    # Offline, judged by the base branch's pack (tests/test_workflows.py); no real preview
+    # there: it would run the PR's program with the production secrets.
     assert any("make preview" in s.get("run", "") for s in steps("pull-request"))
-    [preview] = pulumi("pull-request")
-    assert (preview["command"], preview["policyPacks"], preview["diff"],
-            preview["comment-on-pr"]) == ("preview", "policies", True, True)
+    assert not pulumi("pull-request")
     [up] = pulumi("main")
     assert (up["command"], up["policyPacks"]) == ("up", "policies")
     assert wf["main"][True]["push"]["branches"] == ["main"]

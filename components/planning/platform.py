@@ -10,7 +10,7 @@ disagree.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -160,6 +160,9 @@ def _releases(cluster: Cluster) -> list[Release]:
                 "serviceMonitorSelectorNilUsesHelmValues": False,
                 "podMonitorSelectorNilUsesHelmValues": False,
             }},
+            # The chart's Grafana comes with a published admin password; the stack ships no
+            # dashboards, so it is off (turn it on with grafana.admin.existingSecret).
+            "grafana": {"enabled": False},
         }, after=("calico",)),
         Release("prometheus-adapter", p.prometheus_adapter, {
             "prometheus": {"url": prometheus_url(cluster), "port": 9090},
@@ -389,8 +392,9 @@ def priority_classes() -> list[dict]:
 def namespaces(cluster: Cluster) -> list[dict]:
     training = [namespace(
         ns, "privileged", "baseline",
-        "privileged: RDMA pods add IPC_LOCK (pinned memory for the HCAs' DMA), a capability "
-        "the baseline level forbids; warn/audit still report anything else beyond baseline")
+        f"baseline plus IPC_LOCK and the scratch hostPath, enforced by the "
+        f"ValidatingAdmissionPolicy {RDMA_POLICY} (the baseline level forbids both: RDMA pins "
+        "memory for the HCAs' DMA); warn/audit report anything beyond baseline")
         for ns in training_namespaces(cluster)]
     inference = [namespace(
         ns, "baseline", "restricted",
@@ -399,20 +403,125 @@ def namespaces(cluster: Cluster) -> list[dict]:
     return sorted(training + inference, key=lambda n: n["metadata"]["name"])
 
 
+# Pod Security "baseline" (kubernetes.io/docs/concepts/security/pod-security-standards/) as CEL,
+# plus exactly what RDMA training needs: IPC_LOCK (pinned memory for the HCAs' DMA) and the
+# node's scratch array as a hostPath. The training namespaces enforce this instead of
+# `baseline`, which forbids both.
+BASELINE_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
+                         "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID",
+                         "SYS_CHROOT")
+SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes")
+RDMA_POLICY = "rdma-pods-baseline"
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+def rdma_pod_policy(cluster: Cluster) -> list[dict]:
+    """A ValidatingAdmissionPolicy (built in, GA in 1.30) and its binding to the training
+    namespaces: baseline, plus IPC_LOCK and the scratch hostPath, nothing else."""
+    sc = "has(c.securityContext)"
+    caps = _cel_list([*BASELINE_CAPABILITIES, "IPC_LOCK"])
+    scratch = cluster.storage.scratch.mount_point
+    checks = [
+        ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && "
+         "!(has(object.spec.hostPID) && object.spec.hostPID) && "
+         "!(has(object.spec.hostIPC) && object.spec.hostIPC)",
+         "host namespaces (hostNetwork, hostPID, hostIPC) are not allowed"),
+        (f"variables.containers.all(c, !({sc} && has(c.securityContext.privileged) && "
+         "c.securityContext.privileged))",
+         "privileged containers are not allowed"),
+        (f"variables.containers.all(c, !({sc} && has(c.securityContext.capabilities) && "
+         "has(c.securityContext.capabilities.add)) || "
+         f"c.securityContext.capabilities.add.all(cap, cap in {caps}))",
+         "capabilities beyond baseline and IPC_LOCK are not allowed"),
+        (f"!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
+         f"v.hostPath.path == '{scratch}')",
+         f"hostPath volumes other than the scratch array ({scratch}) are not allowed"),
+        ("variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || "
+         "p.hostPort == 0))",
+         "host ports are not allowed"),
+        ("!(has(object.spec.securityContext) && has(object.spec.securityContext.seccompProfile)"
+         " && object.spec.securityContext.seccompProfile.type == 'Unconfined') && "
+         f"variables.containers.all(c, !({sc} && has(c.securityContext.seccompProfile) && "
+         "c.securityContext.seccompProfile.type == 'Unconfined'))",
+         "seccomp Unconfined is not allowed"),
+        (f"variables.containers.all(c, !({sc} && has(c.securityContext.procMount)) || "
+         "c.securityContext.procMount == 'Default')",
+         "a procMount other than Default is not allowed"),
+        ("!(has(object.spec.securityContext) && has(object.spec.securityContext.sysctls)) || "
+         "object.spec.securityContext.sysctls.all(s, s.name in "
+         f"{_cel_list(SAFE_SYSCTLS)})",
+         "only the safe sysctls are allowed"),
+    ]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": RDMA_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods"]}]},
+            "variables": [{"name": "containers", "expression":
+                           "object.spec.containers + (has(object.spec.initContainers) ? "
+                           "object.spec.initContainers : [])"}],
+            "validations": [{"expression": e, "message": f"{m} (training namespaces: "
+                             "Pod Security baseline plus IPC_LOCK and the scratch hostPath)"}
+                            for e, m in checks],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": RDMA_POLICY},
+        "spec": {"policyName": RDMA_POLICY, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchExpressions": [{
+                     "key": "kubernetes.io/metadata.name", "operator": "In",
+                     "values": training_namespaces(cluster)}]}}},
+    }
+    return [policy, binding]
+
+
+def network_policies(cluster: Cluster) -> list[dict]:
+    """Each workload namespace denies ingress by default; a training job's pods reach each
+    other (MPI's SSH, the rendezvous, NCCL's bootstrap socket), and each inference service
+    admits its own clients (workloads.inference_objects). The RDMA rails are not pod traffic
+    Calico polices: NCCL's data path is untouched."""
+    deny = [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+             "metadata": {"name": "default-deny-ingress", "namespace": ns},
+             "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+            for ns in sorted({*training_namespaces(cluster), *inference_namespaces(cluster)})]
+    peers = [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+              "metadata": {"name": "same-namespace", "namespace": ns},
+              "spec": {"podSelector": {}, "policyTypes": ["Ingress"],
+                       "ingress": [{"from": [{"podSelector": {}}]}]}}
+             for ns in sorted(training_namespaces(cluster))]
+    return deny + peers
+
+
 # ---------------------------------------------------------------- ingress and metrics
 
 
 def metallb_objects(cluster: Cluster) -> list[dict]:
-    """The address pool ingress-nginx's LoadBalancer Service draws from, announced over L2."""
-    first, last = cluster.network.ingress_pool
+    """The address pool ingress-nginx's LoadBalancer Service draws from (by name: no other
+    Service gets an address from it), announced over L2 on the service network."""
+    net = cluster.network
+    first, last = net.ingress_pool
     ns = cluster.platform.metallb.namespace
+    advert: dict[str, Any] = {"ipAddressPools": [INGRESS_POOL]}
+    if net.load_balancer_interfaces:
+        advert["interfaces"] = list(net.load_balancer_interfaces)
     return [
         {"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
          "metadata": {"name": INGRESS_POOL, "namespace": ns},
-         "spec": {"addresses": [f"{first}-{last}"], "autoAssign": True}},
+         "spec": {"addresses": [f"{first}-{last}"], "autoAssign": False}},
         {"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
-         "metadata": {"name": INGRESS_POOL, "namespace": ns},
-         "spec": {"ipAddressPools": [INGRESS_POOL]}},
+         "metadata": {"name": INGRESS_POOL, "namespace": ns}, "spec": advert},
     ]
 
 

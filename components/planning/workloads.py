@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from textwrap import dedent
 from typing import Any
 
 from components.config import Cluster, InferenceService, NcclTest, TrainingJob
@@ -600,6 +601,46 @@ esac
 
 # ---------------------------------------------------------------- inference
 
+API_KEY_FIELD = "api-key"
+
+
+def api_key_secret(svc: InferenceService) -> str:
+    return f"{svc.name}-api-key"
+
+
+def _from_namespace(name: str) -> dict:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+def api_key_script(svc: InferenceService) -> str:
+    """On the control plane, before the service: its API key Secret, minted there once and
+    kept only in the cluster (never in Pulumi state, a log or a command line)."""
+    ns, name = svc.namespace, api_key_secret(svc)
+    return dedent(f"""\
+        #!/usr/bin/env bash
+        # API key of the inference service {svc.name} — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        export KUBECONFIG=/etc/kubernetes/admin.conf
+        NS={ns}
+        SECRET={name}
+        FIELD={API_KEY_FIELD}
+        """) + dedent(r"""
+        if kubectl -n "$NS" get secret "$SECRET" >/dev/null 2>&1; then
+          echo "$NS/$SECRET exists"
+          exit 0
+        fi
+        openssl rand -hex 32 \
+          | kubectl -n "$NS" create secret generic "$SECRET" --from-file="$FIELD=/dev/stdin" \
+            >/dev/null
+        echo "created $NS/$SECRET; clients read it with:" \
+          "kubectl -n $NS get secret $SECRET -o jsonpath='{.data.$FIELD}' | base64 -d"
+        """)
+
+
+def api_key_delete_command(svc: InferenceService) -> str:
+    return (f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf -n {svc.namespace} "
+            f"delete secret {api_key_secret(svc)} --ignore-not-found")
+
 
 def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
     labels = {"app.kubernetes.io/name": svc.name, "app.kubernetes.io/component": "inference"}
@@ -622,16 +663,21 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
                 {"name": "XDG_CACHE_HOME", "value": "/cache"},
                 {"name": "HF_HOME", "value": "/cache/huggingface"},
                 {"name": "VLLM_CACHE_ROOT", "value": "/cache/vllm"},
-                {"name": "HF_HUB_OFFLINE", "value": "1"}],
+                {"name": "HF_HUB_OFFLINE", "value": "1"},
+                # vLLM requires it as a bearer token on every /v1 route (its auth middleware
+                # leaves /health and /metrics open for the probes and Prometheus).
+                {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
+                    "name": api_key_secret(svc), "key": API_KEY_FIELD}}}],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "resources": {"requests": res, "limits": dict(res)},
         # vLLM serves HTTP only once the weights are loaded: /health answers 200 from then on
-        # while the engine is alive, /v1/models lists the served model. A 70B model (~140 GB
-        # bf16 from Lustre, plus CUDA-graph capture) takes several minutes: the startup probe
-        # allows 30 min before the liveness probe may restart anything.
+        # while the engine is alive (the /v1 routes need the API key, which a probe has not).
+        # A 70B model (~140 GB bf16 from Lustre, plus CUDA-graph capture) takes several
+        # minutes: the startup probe allows 30 min before the liveness probe may restart
+        # anything.
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 180},
-        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "http"},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
                            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"},
                           "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4},
@@ -691,13 +737,22 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
                           "nginx.ingress.kubernetes.io/proxy-send-timeout": "300"}},
          "spec": {"ingressClassName": "nginx",
                   "tls": [{"hosts": [svc.host], "secretName": f"{svc.name}-tls"}],
+                  # The OpenAI API only: /metrics, /health, /docs and /tokenize stay inside.
                   "rules": [{"host": svc.host, "http": {"paths": [{
-                      "path": "/", "pathType": "Prefix",
+                      "path": "/v1", "pathType": "Prefix",
                       "backend": {"service": {"name": svc.name,
                                               "port": {"number": VLLM_PORT}}}}]}}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+        # Past the namespace's default deny: the ingress controller (the API) and Prometheus
+        # (/metrics) reach the server's port, nothing else does.
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": {"name": f"{svc.name}-clients", "namespace": ns, "labels": labels},
+         "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+                  "ingress": [{"from": [_from_namespace(cluster.platform.ingress_nginx.namespace),
+                                        _from_namespace(cluster.platform.prometheus.namespace)],
+                               "ports": [{"protocol": "TCP", "port": "http"}]}]}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
          "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
          # vLLM exposes Prometheus metrics (vllm:num_requests_waiting, ...) on /metrics.
