@@ -13,15 +13,17 @@ from components.planning.bmc import redfish_command
 PASSWORD = "s3cret-Bmc-pw"
 
 
-def run_with_fake_curl(tmp_path: Path, bmc: Bmc) -> tuple[list[str], str]:
+def run_with_fake_curl(tmp_path: Path, bmc: Bmc,
+                       password: str = PASSWORD) -> tuple[list[str], str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "curl").write_text(
         "#!/bin/bash\nprintf '%s\\n' \"$@\" > \"$OUT/argv\"\ncat > \"$OUT/stdin\"\n")
     (bin_dir / "curl").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path),
-           "BMC_PASSWORD": PASSWORD}
-    subprocess.run(["bash", "-c", redfish_command(bmc, "10.11.1.100")], env=env, check=True)
+           "BMC_PASSWORD": password}
+    # pulumi-command's local Command runs its create under /bin/sh.
+    subprocess.run(["/bin/sh", "-c", redfish_command(bmc, "10.11.1.100")], env=env, check=True)
     return (tmp_path / "argv").read_text().splitlines(), (tmp_path / "stdin").read_text()
 
 
@@ -38,3 +40,30 @@ def test_credentials_travel_on_stdin_only(tmp_path: Path) -> None:
     assert PASSWORD not in " ".join(argv)
     assert stdin == f'user = "ops:{PASSWORD}"\n'
     assert argv[argv.index("--cacert") + 1] == "/etc/bmc-ca.pem"
+
+
+def curl_config_value(line: str) -> str:
+    """A `key = "value"` line of a curl config file, unquoted as curl reads it: inside double
+    quotes a backslash escapes the next character (\\, \", \t, \n, \r, \v)."""
+    raw = line.split(" = ", 1)[1].rstrip("\n")
+    assert raw.startswith('"') and raw.endswith('"'), raw
+    out, body, i = [], raw[1:-1], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\":
+            nxt = body[i + 1]
+            out.append({"t": "\t", "n": "\n", "r": "\r", "v": "\v"}.get(nxt, nxt))
+            i += 2
+        else:
+            assert ch != '"', f"an unescaped quote ends the value early: {raw}"
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def test_a_password_with_quotes_and_backslashes_reaches_curl_intact(tmp_path: Path) -> None:
+    """A generated password may hold any character; unescaped, a `"` would end curl's value
+    early and a `\\` would eat the next character: the BMC would refuse the login."""
+    tricky = 'p"a\\ss\\"w0rd$(x)`y`'
+    _, stdin = run_with_fake_curl(tmp_path, Bmc(username="ops"), tricky)
+    assert curl_config_value(stdin) == f"ops:{tricky}"

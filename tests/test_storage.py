@@ -133,3 +133,19 @@ def test_storage_objects_pass_strict_core_schemas(tmp_path):
                           "--k8s", "1.35", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout
     assert out.stdout.strip().splitlines()[-1] == f"{len(objs)} objects checked, 0 invalid"
+
+
+def test_only_the_mounting_container_is_privileged() -> None:
+    """The CSI node plugin mounts Lustre on the host (privileged, Bidirectional propagation);
+    the node-driver-registrar beside it only serves a socket to the kubelet."""
+    from sandbox import prod_cluster
+
+    from components.planning import storage
+
+    (ds,) = [o for o in storage.csi_driver_objects(prod_cluster()) if o["kind"] == "DaemonSet"]
+    ctrs = {c["name"]: c["securityContext"] for c in
+            ds["spec"]["template"]["spec"]["containers"]}
+    assert ctrs["csi-node-driver"] == {"privileged": True}
+    registrar = ctrs["csi-node-driver-registrar"]
+    assert registrar["privileged"] is False and registrar["capabilities"] == {"drop": ["ALL"]}
+    assert registrar["allowPrivilegeEscalation"] is False

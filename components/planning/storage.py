@@ -152,7 +152,12 @@ def csi_driver_objects(cluster: Cluster) -> list[dict]:
                           "args": ["--v=2", "--csi-address=/csi/csi.sock",
                                    "--kubelet-registration-path="
                                    "/var/lib/kubelet/plugins/lustre-csi/csi.sock"],
-                          "securityContext": {"privileged": True},
+                          # It only serves a socket in the registration directory: no
+                          # privilege (the node plugin beside it needs one, to mount).
+                          "securityContext": {"privileged": False,
+                                              "allowPrivilegeEscalation": False,
+                                              "readOnlyRootFilesystem": True,
+                                              "capabilities": {"drop": ["ALL"]}},
                           "env": [node_name],
                           "volumeMounts": [{"name": "socket-dir", "mountPath": "/csi"},
                                            {"name": "registration-dir",
