@@ -57,7 +57,8 @@ class Workload(pulumi.ComponentResource):
                 stdin=args.setup.script, delete=args.setup.delete,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
         child = pulumi.ResourceOptions(parent=self, provider=args.provider,
-                                       depends_on=[*args.depends_on, *_present(self.setup)])
+                                       depends_on=[*args.depends_on,
+                                                   *([self.setup] if self.setup else [])])
         self.objects = [apply(m, _opts(m, child)) for m in args.manifests]
         self.gate = None
         if args.gate is not None:
@@ -87,10 +88,6 @@ def _opts(manifest: dict, child: pulumi.ResourceOptions) -> pulumi.ResourceOptio
         return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
             replace_on_changes=["spec"], delete_before_replace=True))
     return child
-
-
-def _present(*resources: pulumi.Resource | None) -> list[pulumi.Resource]:
-    return [r for r in resources if r is not None]
 
 
 def _digest(script: str, manifests: list[dict]) -> str:

@@ -49,6 +49,9 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     drained = drained_hosts(changes, new_inputs)
     rebooted = rebooted_hosts(changes)
     upgrade = kubernetes_upgrade(changes)
+    # An upgrade `pulumi up` runs (not one the skew policy refuses), batch by batch.
+    upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
+    batches = upgrade_batches(new_inputs) if upgrading else []
     rotations = secret_rotations(changes, new_inputs)
     if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
             or drained or rebooted or upgrade or rotations):
@@ -62,11 +65,10 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
             f"{len(r.commands)} commands re-run{where} with the new secret"))
     if upgrade:
         old, new, _ = upgrade
-        refused = upgrade_refused(old, new)
         lines.append(f"  Kubernetes {old} -> {new}: " + (
-            "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)" if refused
-            else "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
-            f"{batch_words(upgrade_batches(new_inputs))}, each drained"))
+            "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
+            f"{batch_words(batches)}, each drained" if upgrading
+            else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))
     moved = work.existing_links_moved
     lines.append(
         f"  existing links moved: {moved}"
@@ -78,18 +80,17 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if racked or retired:
         lines.append(f"  switches: rack {len(racked)}" + (f" ({_span(racked)})" if racked else "")
                      + f", retire {len(retired)}" + (f" ({_span(retired)})" if retired else ""))
-    if upgrade and not upgrade_refused(*upgrade[:2]):
+    if upgrading:
         # Every member, in turn, for its kubelet (the GPU nodes by batch, after the control
         # plane).
-        drained = sorted(set(drained) | {h for b in upgrade_batches(new_inputs) for h in b}
+        drained = sorted(set(drained) | {h for b in batches for h in b}
                          | set(upgraded_control_planes(changes)))
     lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
-                 + (", each in turn for the upgrade" if upgrade and drained
-                    and not upgrade_refused(*upgrade[:2]) else ""))
+                 + (", each in turn for the upgrade" if upgrading and drained else ""))
     if rebooted:
         lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
                      "member at a time")
-    if upgrade and not upgrade_refused(*upgrade[:2]):
+    if upgrading:
         lines.append("  outage: each node's jobs are evicted in turn; the control plane's API "
                      "blips while it upgrades")
     elif moved or drained:

@@ -19,6 +19,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# Every resource that exists because of one GPU node (named by its hostname).
+NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-ssh-keys", "{h}-bmc", "{h}-join-token",
+                  "{h}-kubeadm-join", "{h}-member", "{h}-placement", "{h}-reboot-check",
+                  "{h}-reboot-drain", "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon",
+                  "{h}-upgrade-drain", "{h}-kubernetes-upgrade", "{h}-upgrade-uncordon")
 
 
 @functools.cache

@@ -11,16 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_offline
+from conftest import NODE_RESOURCES, run_offline
 
 from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
-NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-ssh-keys", "{h}-bmc", "{h}-join-token",
-                  "{h}-kubeadm-join",
-                  "{h}-member", "{h}-placement", "{h}-reboot-check", "{h}-reboot-drain",
-                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon", "{h}-upgrade-drain",
-                  "{h}-kubernetes-upgrade", "{h}-upgrade-uncordon")
 # Sized by the number of GPU nodes: the acceptance test runs on all of them and is resubmitted.
 NCCL = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
 

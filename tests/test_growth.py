@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import run_offline
+from conftest import NODE_RESOURCES, run_offline
 
 KEY = "gpu-cluster:cluster"
 
@@ -210,12 +210,7 @@ def test_growing_to_a_full_su_and_one_node_beyond_says_what_it_costs(project: Pa
     got = changed(project)
     new_nodes = {f"gpu-node-{n:02d}" for n in range(8, 32)}
     assert {c for c in got["create"] if c.startswith("gpu-node-")} == {
-        f"{h}{s}" for h in new_nodes for s in ("", "-prepare", "-ssh-keys", "-bmc", "-join-token",
-                                               "-kubeadm-join", "-member", "-placement",
-                                               "-reboot-check", "-reboot-drain", "-reboot",
-                                               "-reboot-wait", "-reboot-uncordon",
-                                               "-upgrade-drain", "-kubernetes-upgrade",
-                                               "-upgrade-uncordon")}
+        n.format(h=h) for h in new_nodes for n in NODE_RESOURCES}
     assert got["delete"] == {f"{leaf}-config" for leaf in PROD_LEAVES}
     assert sum(s.startswith("rack and power new switch") for s in steps) == 22
     assert sum(s.startswith("retire switch") for s in steps) == 4

@@ -12,16 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import REPO, run_offline
+from conftest import NODE_RESOURCES, REPO, run_offline
 
 KEY = "gpu-cluster:cluster"
 
-# Every resource that exists because of one GPU node (named by its hostname).
-NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-ssh-keys", "{h}-bmc", "{h}-join-token",
-                  "{h}-kubeadm-join",
-                  "{h}-member", "{h}-placement", "{h}-reboot-check", "{h}-reboot-drain",
-                  "{h}-reboot", "{h}-reboot-wait", "{h}-reboot-uncordon", "{h}-upgrade-drain",
-                  "{h}-kubernetes-upgrade", "{h}-upgrade-uncordon")
 REBOOT_CHAIN = ("{h}-reboot-check", "{h}-reboot-drain", "{h}-reboot", "{h}-reboot-wait",
                 "{h}-reboot-uncordon")
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]

@@ -25,6 +25,8 @@ WORKLOAD_TYPES = (
 TRAINING_JOB_TYPES = ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:kubeflow.org/v1:MPIJob")
 REPLICA_FIELDS = ("pytorchReplicaSpecs", "mpiReplicaSpecs")
 GPU = "nvidia.com/gpu"
+# `kubeadm init` itself, not one of its phases (e.g. the kubelet settings upload).
+KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RDMA_RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
 FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"

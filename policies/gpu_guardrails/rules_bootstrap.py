@@ -15,7 +15,7 @@ from pulumi_policy import (
 )
 
 from . import compat_data
-from .common import config
+from .common import KUBEADM_INIT, config
 from .registry import get, resource_rule, stack_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -59,15 +59,13 @@ def kubeadm_token_ttl_bounded(args: ResourceValidationArgs, report: ReportViolat
         report(f"--ttl {m.group(1)} is longer than {maximum} minutes")
 
 
-# `kubeadm init` itself, not one of its phases (e.g. the kubelet settings upload).
-_KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 
 
 def _cluster_configuration(args: Any) -> str | None:
     """The stdin of a command that creates an API server from a ClusterConfiguration."""
     stdin = get(args.props, "stdin")
     if (isinstance(stdin, str) and "kind: ClusterConfiguration" in stdin
-            and _KUBEADM_INIT.search(stdin)):
+            and KUBEADM_INIT.search(stdin)):
         return stdin
     return None
 

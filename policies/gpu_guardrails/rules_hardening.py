@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
-from .common import TRAINING_JOB_TYPES, containers, pod_templates
+from .common import KUBEADM_INIT, TRAINING_JOB_TYPES, containers, pod_templates
 from .registry import get, is_list, is_map, resource_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -43,11 +43,9 @@ def _documents(text: str) -> list[dict[str, Any]]:
 def _of_kind(args: Any, kind: str, in_init: bool = False) -> list[dict[str, Any]]:
     """The documents of `kind` the command's scripts write; `in_init`: only from a script
     that runs `kubeadm init` itself (another may carry a ClusterConfiguration for a phase)."""
-    return [d for text in _scripts(args) if not in_init or _KUBEADM_INIT.search(text)
+    return [d for text in _scripts(args) if not in_init or KUBEADM_INIT.search(text)
             for d in _documents(text) if d.get("kind") == kind]
 
-
-_KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 
 
 def _audit_level(policy: dict[str, Any], group: str, resource: str) -> str:
