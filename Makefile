@@ -3,15 +3,33 @@ STACK ?= prod
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap openssl
+DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap openssl nftables
 DISCOVERED ?=
 
-.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin e2e
+.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin e2e lock
 
+# requirements*.txt are lock files (every package, transitive ones too, pinned with the
+# sha256 of each of its files): pip refuses anything not in them or not matching a hash.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	touch $@
+
+# Regenerate the lock files from requirements.in, requirements-dev.in and
+# policies/requirements.in (edit those, then run this and commit both). Pins already in a lock
+# are kept unless an .in file changes them; LOCK_FLAGS=--upgrade moves everything to the newest
+# release. pip-tools runs from its own virtualenv, never from $(VENV).
+LOCK_VENV ?= build/pip-tools
+PIP_TOOLS_VERSION := 7.6.2
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet \
+	--generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	$(LOCK_FLAGS)
+lock:
+	test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && \
+	  $(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check pip-tools==$(PIP_TOOLS_VERSION); }
+	$(PIP_COMPILE) --output-file requirements.txt requirements.in
+	$(PIP_COMPILE) --output-file requirements-dev.txt requirements-dev.in
+	$(PIP_COMPILE) --output-file policies/requirements.txt policies/requirements.in
 
 # Debian packages the tests use: the real subnet manager, the fabric simulator, diagnostics
 # and shellcheck. Installed when root; otherwise the command is printed.

@@ -26,8 +26,9 @@ pulumi.export("fabric", {
     "oversubscription": cluster.fabric_plan.oversubscription_text(),
 })
 pulumi.export("apiEndpoint", f"https://{endpoint(config)}")
-if cluster.kubernetes is not None and cluster.kubernetes.admin_kubeconfig is not None:
-    # A secret output (the other stacks of a split site read it through a StackReference):
-    # `pulumi stack output kubeconfig --show-secrets > ~/.kube/config`.
+if config.split is not None and cluster.kubernetes is not None \
+        and cluster.kubernetes.stack_kubeconfig is not None:
+    # Only for the other stacks of a split site (a StackReference): the stack's own identity,
+    # a secret. People log in as themselves (docs/security.md, "People").
     pulumi.export("kubeconfig",
-                  pulumi.Output.secret(cluster.kubernetes.admin_kubeconfig.stdout))
+                  pulumi.Output.secret(cluster.kubernetes.stack_kubeconfig.stdout))

@@ -175,7 +175,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         fabric = InfinibandFabric("fabric", FabricArgs(
             sm_hosts=subnet_managers,
             switches=switches, switch_user=cluster.fabric.switch_user,
-            switch_password=secrets.switch_password))
+            switch_password=secrets.switch_password,
+            sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)))
 
     # bootstrap
     init_host = cluster.control_plane[0]
@@ -194,6 +195,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             # What every API server reads (--admission-control-config-file); the twin too.
             artifacts["kubernetes/admission-config.yaml"] = \
                 kubeadm.admission_configuration_yaml(cluster)
+            artifacts["kubernetes/authentication-config.yaml"] = \
+                kubeadm.authentication_configuration_yaml(cluster)
         if kubelet_script:
             artifacts[f"scripts/{init_host.hostname}/kubelet-config.sh"] = kubelet_script
         for host, script in join_scripts.items():
@@ -202,6 +205,10 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
                       for h in cluster.control_plane[1:]} if core else {}
         for host, script in cp_scripts.items():
             artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
+        identities = {h.hostname: kubeadm.identities_script(cluster, h)
+                      for h in cluster.control_plane} if core else {}
+        for host, script in identities.items():
+            artifacts[f"scripts/{host}/identities.sh"] = script
         reboots = {n.hostname: _planned_reboot(n) for n in nodes}
         for host, plan in reboots.items():
             for i, step in enumerate(("check", "drain", "reboot", "after_boot", "uncordon"), 1):
@@ -220,6 +227,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             join_scripts=join_scripts,
             control_planes={h: hardware.nodes[h] for h in cp_scripts},
             control_plane_scripts=cp_scripts,
+            identities_scripts=identities,
+            stack_kubeconfig_command=kubeadm.stack_kubeconfig_command(cluster) if core else None,
             node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
                          for n in nodes},
             kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
@@ -245,6 +254,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             namespaces=platform.namespaces(cluster),
             network_policies=platform.network_policies(cluster),
             admission_policies=platform.rdma_pod_policy(cluster),
+            access_bindings=platform.access_bindings(cluster),
             releases=platform.helm_releases(cluster),
             release_objects={
                 "metallb": platform.metallb_objects(cluster),

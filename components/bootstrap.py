@@ -70,6 +70,11 @@ class KubeadmClusterArgs:
     # Further control-plane hosts (HA) and their join scripts, joined one at a time.
     control_planes: dict[str, BareMetalNode] = field(default_factory=dict)
     control_plane_scripts: dict[str, str] = field(default_factory=dict)
+    # Per control plane, run once it serves the API: the cluster's own identities' RBAC,
+    # kube-vip's own kubeconfig, super-admin.conf off the host (kubeadm.identities_script).
+    identities_scripts: dict[str, str] = field(default_factory=dict)
+    # Prints the stack's own kubeconfig (kubeadm.stack_kubeconfig_command).
+    stack_kubeconfig_command: str | None = None
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     kubeconfig: Any = None
     # Uploads the KubeletConfiguration joining nodes read (with the init, in the same stack).
@@ -111,7 +116,8 @@ class KubeadmCluster(pulumi.ComponentResource):
         super().__init__("gpucluster:bootstrap:KubeadmCluster", name, None, opts)
         cp = args.init_host
         self.init: command.remote.Command | None = None
-        self.admin_kubeconfig: command.remote.Command | None = None
+        self.stack_kubeconfig: command.remote.Command | None = None
+        self.identities: dict[str, command.remote.Command] = {}
         if args.init_script is not None:
             # `kubeadm init` is guarded in the script, protected here, and has no delete
             # action: nothing the stack does can reset a live control plane.
@@ -123,13 +129,17 @@ class KubeadmCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=_present(cp.prepared),
                                             protect=True),
             )
-            self.admin_kubeconfig = remote_command(
-                "admin-kubeconfig",
-                connection=cp.connection,
-                create="sudo cat /etc/kubernetes/admin.conf",
-                logging=QUIET,
-                opts=_secret_opts(self, _present(self.init)),
-            )
+            self._identities(cp.hostname, cp.connection, args, self.init)
+            # Its own identity (gpu-cluster:stack), so the audit log names `pulumi up`; no
+            # copy of admin.conf leaves the host. Valid a year: renew by replacing this command.
+            if args.stack_kubeconfig_command is not None:
+                self.stack_kubeconfig = remote_command(
+                    "stack-kubeconfig",
+                    connection=cp.connection,
+                    create=args.stack_kubeconfig_command,
+                    logging=QUIET,
+                    opts=_secret_opts(self, _present(self.identities.get(cp.hostname))),
+                )
         after_init = _present(self.init)
         # The init host's upgrade first: the kubelet-config upload below is then the new
         # kubeadm's, and the other control planes follow once they have joined.
@@ -156,7 +166,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
         )
         self._ca_hash = self.ca_cert_hash.stdout.apply(str.strip)  # one Output for every join
-        kubeconfig = (self.admin_kubeconfig.stdout if self.admin_kubeconfig is not None
+        kubeconfig = (self.stack_kubeconfig.stdout if self.stack_kubeconfig is not None
                       else args.kubeconfig)
         self.provider = cluster_provider(args.cluster_name, kubeconfig,
                                          pulumi.ResourceOptions(parent=self))
@@ -279,7 +289,20 @@ class KubeadmCluster(pulumi.ComponentResource):
                     ignore_changes=["stdin"], protect=True),
             )
             previous = [joins[host]]
+            self._identities(host, node.connection, args, joins[host])
         return joins
+
+    def _identities(self, host: str, connection: Any, args: KubeadmClusterArgs,
+                    after: Any) -> None:
+        script = args.identities_scripts.get(host)
+        if script is None:
+            return
+        self.identities[host] = remote_command(
+            f"{host}-identities",
+            connection=connection,
+            create="sudo bash -s",
+            stdin=script,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=_present(after)))
 
     def _join_token(self, host: str, cp: ControlPlaneHost, args: KubeadmClusterArgs,
                     board: str | None = None) -> command.remote.Command:

@@ -11,6 +11,7 @@ the model without a Pulumi runtime.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,11 @@ from components.config_types import CLUSTER_KEY as CLUSTER_KEY  # re-exported fo
 from components.inventory import Inventory, InventoryError, load_inventory
 
 # Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).
-SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword")
+SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword", "fabricMKey", "fabricSmKey",
+               "fabricSaKey")
+# The subnet managers' management keys (opensm `m_key`, `sm_key`, `sa_key`): 64-bit, non-zero,
+# not opensm's default of 1 (every stock opensm would hold it).
+FABRIC_KEYS = SECRET_KEYS[3:]
 
 # ---------------------------------------------------------------- hosts
 
@@ -185,6 +190,15 @@ class GpuNode:
 # ---------------------------------------------------------------- network, fabric, kubernetes
 
 
+class HostFirewall(Model):
+    """The nftables allowlist on every host's management interface (docs/hosts.md, "Host
+    firewall")."""
+
+    enabled: bool = True  # off: each host removes the stack's table, unit and file
+    # Further sources of SSH and the API server (an operators' VPN, a bastion network).
+    admin_cidrs: tuple[Cidr, ...] = ()
+
+
 class Network(Model):
     management_cidr: Cidr
     bmc_cidr: Cidr | None = None
@@ -197,6 +211,7 @@ class Network(Model):
     load_balancer_interfaces: tuple[Annotated[str, Field(
         pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")], ...] = ()
     rdma_cidr: Cidr  # IPoIB addresses handed to pods' RDMA interfaces (whereabouts)
+    host_firewall: HostFirewall = HostFirewall()
 
 
 class SubnetManager(Model):
@@ -263,6 +278,42 @@ class Kubelet(Model):
     max_pods: int = Field(110, ge=16, le=250)
 
 
+class Oidc(Model):
+    """An OpenID Connect issuer people log in with (the API server's JWT authenticator)."""
+
+    issuer_url: str = Field(pattern=r"^https://[^\s#?]+$")
+    client_id: str = Field(min_length=1)  # the audience the ID tokens carry
+    username_claim: str = "email"
+    groups_claim: str = "groups"
+    # Prefixes keep an issuer's names apart from the cluster's own (system:…, gpu-cluster:…).
+    username_prefix: str = "oidc:"
+    groups_prefix: str = "oidc:"
+    certificate_authority: str | None = None  # PEM of the issuer's CA; unset: system CAs
+
+
+GroupName = Annotated[str, Field(min_length=1, pattern=r"^[^\s]+$")]
+
+
+class Access(Model):
+    """Who may use the cluster, by group: from OIDC (with its prefix), or a short-lived client
+    certificate whose organisation names the group (docs/security.md, "People")."""
+
+    oidc: Oidc | None = None
+    cluster_admins: tuple[GroupName, ...] = ("gpu-cluster:admins",)
+    viewers: tuple[GroupName, ...] = ("gpu-cluster:viewers",)
+
+
+class Kms(Model):
+    """A KMS v2 plugin listening on every control plane (e.g. an HSM or Vault plugin run as a
+    static pod): it holds the key-encryption key, so a copy of etcd together with
+    /etc/kubernetes no longer reads the Secrets (docs/security.md, "Encryption at rest")."""
+
+    name: DnsLabel  # the provider's name in the EncryptionConfiguration; never reuse one
+    endpoint: str = Field("unix:///var/run/kmsplugin/socket.sock",
+                          pattern=r"^unix:///[^\s]+\.sock$")
+    timeout: str = Field("3s", pattern=r"^\d+(ms|s)$")
+
+
 class Kubernetes(Model):
     version: str = Field(pattern=_K8S_VERSION.pattern)
     pod_cidr: Cidr
@@ -274,7 +325,9 @@ class Kubernetes(Model):
     upgrade_batch: int = Field(1, ge=1)
     kubelet: Kubelet = Kubelet()
     encryption_at_rest: bool = True
+    kms: Kms | None = None  # unset: a local secretbox key, generated on the first control plane
     audit_logging: bool = True
+    access: Access = Access()
 
 
 # ---------------------------------------------------------------- platform
@@ -486,6 +539,8 @@ class Credentials(Model):
     # command that re-runs with the new secret.
     switch_password_version: int = Field(1, ge=1)
     bmc_password_version: int = Field(1, ge=1)
+    # Bumped with new `fabricMKey` / `fabricSmKey` / `fabricSaKey` values (docs/day2.md).
+    fabric_keys_version: int = Field(1, ge=1)
 
 
 class Split(Model):
@@ -688,6 +743,9 @@ class Secrets:
     ssh_private_key: Any
     bmc_password: Any
     switch_password: Any
+    fabric_m_key: Any
+    fabric_sm_key: Any
+    fabric_sa_key: Any
 
 
 def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
@@ -705,10 +763,12 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
         raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",
                                    f"pulumi config set --secret {PROJECT}:{k} …")
                            for k in missing])
-    problem = _ssh_key_problem(cluster, conf.get("sshPrivateKey") or "",
-                               strict=not pulumi.runtime.is_dry_run())
-    if problem is not None:
-        raise ConfigError([problem])
+    strict = not pulumi.runtime.is_dry_run()
+    problems = [p for p in (_ssh_key_problem(cluster, conf.get("sshPrivateKey") or "", strict),
+                            *_fabric_key_problems({k: conf.get(k) or "" for k in FABRIC_KEYS},
+                                                  strict)) if p is not None]
+    if problems:
+        raise ConfigError(problems)
     secrets = Secrets(*(conf.require_secret(k) for k in SECRET_KEYS))
     return cluster, secrets
 
@@ -737,3 +797,31 @@ def _ssh_key_problem(cluster: Cluster, private_key: str, strict: bool) -> Proble
                        "the book: authorise the new key in credentials.sshAuthorizedKeys and "
                        "apply, then change sshPublicKey and the secret together (docs/day2.md)")
     return None
+
+
+_FABRIC_KEY = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
+
+
+def _fabric_key_problems(values: dict[str, str], strict: bool) -> list[Problem]:
+    """Each management key must be a 64-bit hex value opensm reads, neither 0 (no key) nor 1
+    (opensm's default), and the three must differ. Values are never echoed. A preview without
+    the real secrets (values that are no key at all) is let through; `pulumi up` never is."""
+    problems = []
+    fix = "pulumi config set --secret {} 0x$(openssl rand -hex 8)  (and bump " \
+        "credentials.fabricKeysVersion)"
+    for key, value in values.items():
+        if _FABRIC_KEY.match(value):
+            if int(value, 16) in (0, 1):
+                problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
+                                        "is 0 or 1 (no key, or opensm's default; value hidden)",
+                                        fix.format(key)))
+        elif strict:
+            problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
+                                    "is not a 64-bit hex key like 0x1a2b3c4d5e6f7081 (value "
+                                    "hidden)", fix.format(key)))
+    keys = [int(v, 16) for v in values.values() if _FABRIC_KEY.match(v)]
+    if len(keys) == len(values) and len(set(keys)) < len(keys):
+        problems.append(Problem(f"(secret) {PROJECT}:{'/'.join(values)}", None,
+                                "share a value: one leaked key would then open all three",
+                                "give each its own value (openssl rand -hex 8)"))
+    return problems

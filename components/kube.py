@@ -24,6 +24,8 @@ KINDS: dict[tuple[str, str], Any] = {
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
+        k8s.rbac.v1.ClusterRoleBinding,
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
         k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):

@@ -32,6 +32,7 @@ class PlatformArgs:
     network_policies: list[dict] = field(default_factory=list)  # each namespace's baseline
     # Admission policies (a policy before its binding), in place before any workload.
     admission_policies: list[dict] = field(default_factory=list)
+    access_bindings: list[dict] = field(default_factory=list)  # people's groups → roles
 
 
 class Platform(pulumi.ComponentResource):
@@ -50,6 +51,7 @@ class Platform(pulumi.ComponentResource):
         for p in args.admission_policies:
             self.admission_policies.append(apply(p, pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=self.admission_policies[-1:]))))
+        self.access_bindings = [apply(b, child) for b in args.access_bindings]
         # Before any workload: a pod naming a class that does not exist is refused at admission.
         self.priority_classes = [apply(pc, child) for pc in args.priority_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}

@@ -24,7 +24,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 from pulumi_policy import proxy as _policy_proxy
 
-from .stackconfig import identity_of
+from .stackconfig import embeds_secrets, identity_of, mask_secrets
 
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -165,6 +165,10 @@ class Normaliser:
         fingerprint, a password version): not the secret, but which one it is."""
         self._collect(plain)
         identity = identity_of(plain) if isinstance(plain, str) else None
+        if identity is None and isinstance(plain, str) and embeds_secrets(plain):
+            # A script holding secrets (offline: placeholders): the script as it is, each
+            # secret shown by name and identity, so a review sees what changes in it.
+            return mask_secrets(plain)
         return SECRET if identity is None else f"[secret {identity}]"
 
     def _collect(self, value: Any) -> None:

@@ -449,6 +449,10 @@ _SECRET_FIELDS = {"privateKey": "SSH key", "password": "switch password",
                   "BMC_PASSWORD": "BMC password"}
 _SECRET_LINE = re.compile(r"^([-+])(?:.*\.)?(\w+): \[secret ([^\]]+)\]$")
 _SECRET_TEXT = re.compile(r"^([-+])\[secret ([^\]]+)\]$")
+# Secrets a script embeds, shown in it as "[secret <key> <identity>]": key → the secret.
+_SECRET_IN_TEXT = re.compile(r"\[secret (\w+) (version \d+|SHA256:[A-Za-z0-9+/]{43})\]")
+_EMBEDDED_SECRETS = {"fabricMKey": "subnet-manager keys", "fabricSmKey": "subnet-manager keys",
+                     "fabricSaKey": "subnet-manager keys"}
 
 
 @dataclass(frozen=True)
@@ -477,7 +481,11 @@ def secret_rotations(changes: Iterable[Change],
                 m = _SECRET_LINE.match(line)
                 field, sign, ident = ((m.group(2), m.group(1), m.group(3)) if m else
                                       (path.rpartition(".")[2], *_text_secret(line)))
-                secret = _SECRET_FIELDS.get(field)
+                named = [(_EMBEDDED_SECRETS.get(k), i) for k, i in _SECRET_IN_TEXT.findall(line)]
+                if ident is None and named and line[:1] in "+-":
+                    sign, (secret, ident) = line[0], named[0]
+                else:
+                    secret = _SECRET_FIELDS.get(field)
                 if secret is None or ident is None:
                     continue
                 entry = found.setdefault(secret, {"-": set(), "+": set(), "cmds": set(),
@@ -545,6 +553,15 @@ def _rotation_steps(rotations: list[Rotation]) -> list[str]:
                 "of a full re-run. The ssh-keys commands drop a key no longer listed: keep the "
                 "old one in credentials.sshAuthorizedKeys for this apply and drop it in the next "
                 "change if anything else might still use it")
+        elif r.secret == "subnet-manager keys":
+            steps.append(
+                f"subnet-manager keys rotation ({r.old} -> {r.new}), in a maintenance window: "
+                "`pulumi up` restarts opensm with the new keys, the standby first. Until the "
+                "master restarts the two hold different SM_Keys and ignore each other (the "
+                "standby reports MASTER too and logs M_Key violations: the ports refuse its "
+                "Sets), then the master moves every port to the new M_Key, authenticating with "
+                "the old one from its guid2mkey cache (/var/cache/opensm: keep it). Afterwards "
+                "`sminfo` on each SM host: one MASTER, the others STANDBY")
         else:
             device = "switch" if r.secret == "switch password" else "BMC"
             how = ("its CLI: username <fabric.switchUser> password …" if device == "switch"

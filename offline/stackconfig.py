@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ SECRET_IDENTITIES = {
     "sshPrivateKey": "sshPublicKey",
     "switchPassword": "switchPasswordVersion",
     "bmcPassword": "bmcPasswordVersion",
+    "fabricMKey": "fabricKeysVersion",
+    "fabricSmKey": "fabricKeysVersion",
+    "fabricSaKey": "fabricKeysVersion",
 }
 
 
@@ -107,6 +111,21 @@ def identity_of(placeholder: str) -> str | None:
     if not placeholder.startswith(SECRET_PLACEHOLDER_PREFIX) or IDENTITY_MARK not in placeholder:
         return None
     return placeholder.rpartition(IDENTITY_MARK)[2]
+
+
+_EMBEDDED = re.compile(re.escape(SECRET_PLACEHOLDER_PREFIX) + r"([A-Za-z0-9_.\[\]-]+)"
+                       + re.escape(IDENTITY_MARK) + r"(version \d+|SHA256:[A-Za-z0-9+/]{43})")
+
+
+def embeds_secrets(text: str) -> bool:
+    """A value derived from named secrets (a script that embeds them)."""
+    return _EMBEDDED.search(text) is not None
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with each embedded secret as "[secret <key> <identity>]": what changes around a
+    secret shows, and a rotation shows as a changed identity, as it does for the engine."""
+    return _EMBEDDED.sub(lambda m: f"[secret {m.group(1)} {m.group(2)}]", text)
 
 
 def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: str,

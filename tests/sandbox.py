@@ -39,6 +39,18 @@ STUB_CERT_KEY = "9f3c1a7e5b2d4c6a8e0f1b3d5c7a9e2f4b6d8c0a1e3f5b7d9c2a4e6f8b0d1c3
 STUB_INIT_TOKEN = "stubin.itt0kenprinted0"
 FSTAB = "UUID=0f1e2d3c / ext4 errors=remount-ro 0 1\n/swap.img none swap sw 0 0\n"
 CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=0f1e2d3c ro quiet\n"
+# The fingerprint of the key that signs pkgs.k8s.io, as `gpg --show-keys` prints it for
+# core:/stable:/v1.XX/deb/Release.key (kubernetes/kubernetes#128609): what the curl stub serves.
+K8S_KEY_FPR = "DE15B14486CD377B9E876E1A234654DA9A296436"
+# Ubuntu 22.04's /etc/ssh/sshd_config as shipped (comments left out): the drop-ins come first.
+SSHD_CONFIG = """Include /etc/ssh/sshd_config.d/*.conf
+KbdInteractiveAuthentication no
+UsePAM yes
+X11Forwarding yes
+PrintMotd no
+AcceptEnv LANG LC_*
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
 
 PRELUDE = r"""#!/bin/bash
 # Test stub: records its argv, then simulates just enough state.
@@ -61,16 +73,52 @@ make_fs() {  # type dev: a filesystem with a UUID that follows from the device
 """
 
 STUBS: dict[str, str] = {
+    # What pkgs.k8s.io serves as Release.key: $S/release-key (Sandbox.serve_release_key), else
+    # the real signing key. The stub's key format: one "stub-key <fingerprint> [<expiry>]" line per
+    # primary key, between the armor lines.
     "curl": r"""
-printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nstub\n-----END PGP PUBLIC KEY BLOCK-----\n'
-""",
-    "gpg": r"""
 out=
 while [ $# -gt 0 ]; do
   case "$1" in -o|--output) out=$2; shift ;; esac
   shift
 done
-cat > "${out:-/dev/null}"
+served() {
+  if [ -e "$S/release-key" ]; then cat "$S/release-key"; else
+    printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nstub-key %s\n%s\n' __K8S_KEY_FPR__ \
+      '-----END PGP PUBLIC KEY BLOCK-----'
+  fi
+}
+if [ -n "$out" ]; then served > "$out"; else served; fi
+""",
+    # --dearmor drops the armor lines; --show-keys --with-colons lists each primary key as gpg
+    # does (pub with its expiry in field 7, fpr, uid, then a subkey with its own fpr).
+    "gpg": r"""
+out='' mode='' in=''
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|--output) out=$2; shift ;;
+    --dearmor) mode=dearmor ;;
+    --show-keys) mode=show ;;
+    -*) ;;
+    *) in=$1 ;;
+  esac
+  shift
+done
+src() { if [ -n "$in" ]; then cat "$in"; else cat; fi; }
+case "$mode" in
+  dearmor) src | grep -v -- '-----' > "${out:-/dev/stdout}" ;;
+  show)
+    keys=$(src | grep '^stub-key ' || true)
+    [ -n "$keys" ] || { echo "gpg: no valid OpenPGP data found." >&2; exit 2; }
+    while read -r _ fpr expiry; do
+      printf 'pub:-:2048:1:%s:1661385600:%s::-:::scSC::::::23::0:\nfpr:::::::::%s:\n' \
+        "${fpr: -16}" "${expiry-}" "$fpr"
+      printf 'uid:-::::1661385600::0::isv:kubernetes OBS Project::::::::::0:\n'
+      printf 'sub:-:2048:1:%s:1661385600::::::e::::::23:\nfpr:::::::::%s:\n' \
+        "$(rev <<<"${fpr: -16}")" "$(rev <<<"$fpr")"
+    done <<<"$keys" ;;
+  *) src > "${out:-/dev/null}" ;;
+esac
 """,
     "apt-get": r"""
 [ "${1-}" = install ] || exit 0
@@ -134,10 +182,12 @@ done
 case "$unit" in
   containerd) pkgs="containerd containerd.io" ;;
   lnet) pkgs=lustre-client-utils ;;
+  ssh) pkgs=openssh-server ;;
   *) pkgs=$unit ;;
 esac
 exists=0
 for p in $pkgs; do [ -e "$S/pkgs/$p" ] && exists=1; done
+[ -e "/etc/systemd/system/$unit.service" ] && exists=1
 case "$verb" in
   daemon-reload) exit 0 ;;
   is-enabled|is-active)
@@ -164,7 +214,25 @@ echo "Module                  Size  Used by"
 for m in "$S"/modules/*; do [ -e "$m" ] && printf '%-24s %7d  0\n' "${m##*/}" 16384; done
 exit 0
 """,
-    "sysctl": "",
+    # sysctl -n KEY: the last value the sysctl.d files (in name order), then /etc/sysctl.conf,
+    # give it, as `sysctl --system` leaves it; else the kernel's default.
+    "sysctl": r"""
+[ "${1-}" = -n ] || exit 0
+key=$2 value=''
+for f in /etc/sysctl.d/*.conf /etc/sysctl.conf; do  # the glob is in name order
+  [ -f "$f" ] || continue
+  v=$(sed -n "s/^[[:space:]]*${key//./\\.}[[:space:]]*=[[:space:]]*//p" "$f" | tail -1)
+  [ -z "$v" ] || value=$v
+done
+if [ -z "$value" ]; then
+  case "$key" in
+    kernel.keys.root_maxkeys) value=200 ;;
+    kernel.keys.root_maxbytes) value=20000 ;;
+    *) value=0 ;;
+  esac
+fi
+printf '%s\n' "$value"
+""",
     "swapon": r"""
 case "${1-}" in
   --show*|-s) [ -e "$S/swap" ] && echo /swap.img; exit 0 ;;
@@ -361,7 +429,7 @@ case "$sub" in
       exit 1
     fi
     mkdir -p "$K/manifests" "$K/pki"
-    for f in pki/ca.crt admin.conf kubelet.conf; do
+    for f in pki/ca.crt admin.conf super-admin.conf kubelet.conf; do
       echo "# stub" > "$K/$f"
     done
     version=$(sed -n 's/^kubernetesVersion: v//p' "$cfg")
@@ -392,6 +460,18 @@ case "$sub" in
       echo "# stub" > "$K/admin.conf"; echo "# stub" > "$K/manifests/kube-apiserver.yaml"
     fi
     echo "This node has joined the cluster." ;;
+  kubeconfig)
+    # `kubeconfig user`: a kubeconfig for --client-name, signed by the CA in $K/pki.
+    [ "${args[0]-}" = user ] || { echo "kubeadm stub: kubeconfig ${args[0]-}" >&2; exit 1; }
+    [ -n "$cfg" ] && [ -f "$cfg" ] || { echo "kubeadm: config file $cfg not found" >&2; exit 1; }
+    [ -e "$K/pki/ca.crt" ] || { echo "kubeadm: $K/pki/ca.crt: no such file" >&2; exit 1; }
+    client=''; prev=''
+    for a in "${args[@]}"; do
+      case "$a" in --client-name=*) client=${a#*=} ;; esac
+      [ "$prev" = --client-name ] && client=$a; prev=$a
+    done
+    printf 'apiVersion: v1\nkind: Config\nusers:\n- name: %s\n  user: {client-key-data: stub}\n' \
+      "$client" ;;
   reset)
     rm -rf "$K/admin.conf" "$K/kubelet.conf" "$K/manifests" "$K/pki"
     echo "[reset] Deleted contents of the etcd data directory" ;;
@@ -530,6 +610,13 @@ case "$jsonpath" in
     cat "$A/$2/${k//\//_}" 2>/dev/null; exit 0 ;;
 esac
 case "$verb" in
+  apply)
+    # `apply -f <file|->`: the documents are kept, in order, as the cluster's applied objects.
+    src=-; prev=''
+    for a in "$@"; do [ "$prev" = -f ] && src=$a; prev=$a; done
+    mkdir -p "$S/cluster"
+    if [ "$src" = - ]; then cat >> "$S/cluster/applied"; else cat "$src" >> "$S/cluster/applied"; fi
+    echo "applied"; exit 0 ;;
   get)
     [ "$1" = node ] || [ "$1" = nodes ] || exit 0
     if [ "$jsonpath" = '{.spec.unschedulable}' ]; then
@@ -581,7 +668,118 @@ if [ "${1-}" = rand ] && [ "${2-}" = -hex ]; then
   od -An -N"$3" -tx1 /dev/urandom | tr -d ' \n'; echo
 fi
 """,
-    "ip": "",
+    # ip -o -4 addr show to ADDR: the interfaces in $S/addresses ("<name> <address>/<len>" lines,
+    # Sandbox.set_addresses) holding ADDR; without that file, eno1 holds whatever address is
+    # asked for (the host's management address). Anything else: nothing.
+    "ip": r"""
+want=''
+prev=''
+for a in "$@"; do [ "$prev" = to ] && want=${a%/32}; prev=$a; done
+[ -n "$want" ] || exit 0
+if [ -e "$S/addresses" ]; then
+  n=2
+  while read -r name cidr; do
+    [ "${cidr%/*}" = "$want" ] || continue
+    printf '%d: %s    inet %s scope global %s\\       valid_lft forever\n' "$n" "$name" "$cidr" \
+      "${name%@*}"
+    n=$((n + 1))
+  done < "$S/addresses"
+else
+  printf '2: eno1    inet %s/16 scope global eno1\\       valid_lft forever\n' "$want"
+fi
+""",
+    # nft: -c -f FILE checks (the table is named and the braces balance); -f FILE loads it
+    # ($S/nft-loaded); list table inet gpu_cluster prints what is loaded; delete table drops it.
+    "nft": r"""
+check() {
+  [ -f "$1" ] || { echo "Error: No such file or directory: $1" >&2; exit 1; }
+  grep -q '^table inet gpu_cluster {' "$1" \
+    || { echo "Error: syntax error in $1" >&2; exit 1; }
+  [ "$(tr -cd '{' < "$1" | wc -c)" = "$(tr -cd '}' < "$1" | wc -c)" ] \
+    || { echo "$1: Error: syntax error, unexpected end of file" >&2; exit 1; }
+}
+case "${1-}" in
+  -c|--check) check "$3" ;;
+  -f|--file) check "$2"; cp "$2" "$S/nft-loaded" ;;
+  list)
+    [ -e "$S/nft-loaded" ] || { echo "Error: No such file or directory" >&2; exit 1; }
+    cat "$S/nft-loaded" ;;
+  delete) [ -e "$S/nft-loaded" ] && rm -f "$S/nft-loaded" ;;
+esac
+exit 0
+""",
+    # sshd -t [-f FILE]: the configuration's syntax (known keywords, yes/no values, one
+    # definition per Subsystem), Include globs followed; sshd -T: the values in effect, the first
+    # one read winning, as sshd does.
+    "sshd": r"""
+mode='' file=/etc/ssh/sshd_config
+while [ $# -gt 0 ]; do
+  case "$1" in -t) mode=test ;; -T) mode=dump ;; -f) file=$2; shift ;; esac
+  shift
+done
+declare -A first=() subsystems=()
+bad=0
+walk() {
+  local f=$1 n=0 line key value inc
+  while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    line=${line#"${line%%[![:space:]]*}"}
+    case "$line" in ''|'#'*) continue ;; esac
+    key=${line%%[[:space:]]*}; value=${line#"$key"}; value=${value#"${value%%[![:space:]]*}"}
+    key=${key,,}
+    case "$key" in
+      include)
+        inc=$value; [ "${inc#/}" != "$inc" ] || inc=/etc/ssh/$inc
+        for inc in $inc; do  # a glob, in name order
+          if [ -f "$inc" ]; then walk "$inc"; fi
+        done
+        continue ;;
+      passwordauthentication|kbdinteractiveauthentication|pubkeyauthentication|usepam|\
+      x11forwarding|printmotd|challengeresponseauthentication)
+        case "${value,,}" in yes|no) ;; *)
+          echo "$f line $n: unsupported option \"$value\"." >&2; bad=$((bad + 1)); continue ;;
+        esac ;;
+      permitrootlogin)
+        case "${value,,}" in yes|no|prohibit-password|without-password|forced-commands-only) ;; *)
+          echo "$f line $n: unsupported option \"$value\"." >&2; bad=$((bad + 1)); continue ;;
+        esac ;;
+      subsystem)
+        if [ -n "${subsystems[${value%% *}]-}" ]; then
+          echo "$f line $n: Subsystem '${value%% *}' already defined." >&2; bad=$((bad + 1))
+        fi
+        subsystems[${value%% *}]=1 ;;
+      port|listenaddress|hostkey|acceptenv|authorizedkeysfile|authenticationmethods|\
+      allowusers|allowgroups|maxauthtries|logingracetime) ;;
+      *) echo "$f: line $n: Bad configuration option: ${line%%[[:space:]]*}" >&2
+         bad=$((bad + 1)); continue ;;
+    esac
+    [ -n "${first[$key]-}" ] || first[$key]=${value,,}
+  done < "$f"
+}
+[ -f "$file" ] || { echo "sshd: $file: No such file or directory" >&2; exit 255; }
+walk "$file"
+if [ "$bad" -gt 0 ]; then
+  echo "$file: terminating, $bad bad configuration options" >&2; exit 255
+fi
+if [ "$mode" = dump ]; then
+  for key in passwordauthentication kbdinteractiveauthentication pubkeyauthentication \
+      permitrootlogin usepam; do
+    case "$key" in
+      permitrootlogin) def=without-password ;; usepam) def=no ;; *) def=yes ;;
+    esac
+    printf '%s %s\n' "$key" "${first[$key]-$def}"
+  done
+fi
+exit 0
+""",
+    # ss -Htn state established '( sport = :22 )': the SSH clients in $S/ssh-clients (addresses,
+    # one a line; Sandbox.ssh_clients), as ss prints them.
+    "ss": r"""
+[ -e "$S/ssh-clients" ] || exit 0
+while read -r peer; do
+  printf '0      0      10.10.0.1:22      %s:50022\n' "$peer"
+done < "$S/ssh-clients"
+""",
     "hostnamectl": "",
     "udevadm": "",
     "reboot": "",
@@ -629,7 +827,7 @@ echo "OFED-internal-25.10-1.2.8:"
 
 # Calls that only read state; every other stubbed call changes the host.
 READ_ONLY = {"dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt", "sminfo",
-             "sleep", "ofed_info"}
+             "sleep", "ofed_info", "ss"}
 READ_ONLY_VERBS = {
     "systemctl": {"is-enabled", "is-active", "status", "show", "cat"},
     "dpkg": {"-s", "--status", "-l", "-L"},
@@ -639,6 +837,11 @@ READ_ONLY_VERBS = {
     "containerd": {"config"},
     "swapon": {"--show", "-s"},
     "lnetctl": {"export", "show"},
+    "gpg": {"--show-keys"},
+    "nft": {"-c", "--check", "list"},
+    "sshd": {"-t", "-T"},
+    "sysctl": {"-n"},
+    "ip": {"show", "list", "get"},
 }
 
 Call = tuple[str, ...]
@@ -646,6 +849,9 @@ Call = tuple[str, ...]
 
 def _verb(call: Call) -> str:
     args = list(call[1:])
+    if call[0] == "ip":  # ip [options] OBJECT [COMMAND]: the command, `show` when none
+        args = [a for a in args if not a.startswith("-")]
+        return args[1] if len(args) > 1 else "show"
     while args and args[0].startswith("-") and call[0] in ("systemctl", "kubectl"):
         opt = args.pop(0)
         if opt in ("--kubeconfig", "-n", "--namespace") and args:
@@ -733,6 +939,8 @@ class Sandbox:
         (self.root / "tmp").chmod(0o1777)
         (self.root / "etc/fstab").write_text(FSTAB)
         (self.root / "etc/hostname").write_text(self.hostname + "\n")
+        (self.root / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+        (self.root / "etc/ssh/sshd_config").write_text(SSHD_CONFIG)
         self.cmdline.write_text(CMDLINE)
         self.boot_id.write_text("5f1c8e2a-7b3d-4e6f-9a0b-1c2d3e4f5a6b\n")
         for d in ("pkgs", "held", "units", "modules", "disks", "fs", "mounts", "fail",
@@ -740,10 +948,14 @@ class Sandbox:
             (self.state / d).mkdir(parents=True, exist_ok=True)
         (self.state / "calls.log").touch()
         (self.state / "swap").touch()  # the installer left a swap file active
+        # The stack reaches every host over SSH: sshd is installed and running.
+        (self.state / "pkgs/openssh-server").write_text("1:8.9p1-3ubuntu0.10\n")
+        (self.state / "units/ssh.enabled").touch()
+        (self.state / "units/ssh.active").touch()
         self.bin.mkdir(exist_ok=True)
         for name, body in STUBS.items():
             text = PRELUDE + body.replace("__CERT_KEY__", STUB_CERT_KEY).replace(
-                "__INIT_TOKEN__", STUB_INIT_TOKEN)
+                "__INIT_TOKEN__", STUB_INIT_TOKEN).replace("__K8S_KEY_FPR__", K8S_KEY_FPR)
             stub = self.bin / name
             stub.write_text(text)
             stub.chmod(0o755)
@@ -879,6 +1091,23 @@ class Sandbox:
         shutil.rmtree(block)
         (self.state / "dev" / md).unlink(missing_ok=True)
 
+    def serve_release_key(self, *keys: tuple[str, int | None]) -> None:
+        """What pkgs.k8s.io serves as Release.key: these (fingerprint, expiry) primary keys."""
+        lines = [f"stub-key {fpr}" + (f" {expiry}" if expiry else "") for fpr, expiry in keys]
+        (self.state / "release-key").write_text("\n".join(
+            ["-----BEGIN PGP PUBLIC KEY BLOCK-----", *lines,
+             "-----END PGP PUBLIC KEY BLOCK-----"]) + "\n")
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        """The host's IPv4 addresses (interface -> address/length), as `ip addr` shows them;
+        by default eno1 holds the management address."""
+        (self.state / "addresses").write_text(
+            "".join(f"{name} {cidr}\n" for name, cidr in addresses.items()))
+
+    def ssh_clients(self, *addresses: str) -> None:
+        """The peers of the host's established SSH connections (`ss`); by default none."""
+        (self.state / "ssh-clients").write_text("".join(f"{a}\n" for a in addresses))
+
     def install_packages(self, *names: str) -> None:
         for n in names:
             (self.state / "pkgs" / n).write_text("1.0-stub\n")
@@ -926,6 +1155,11 @@ class Sandbox:
         for p in (self.state / "boot-mounts").iterdir():
             shutil.copy(p, self.state / "mounts" / p.name)
         (self.state / "swap").unlink(missing_ok=True)
+        # The kernel's ruleset goes; gpu-cluster-firewall.service loads its file at boot.
+        (self.state / "nft-loaded").unlink(missing_ok=True)
+        rules = self.root / "etc/nftables.d/gpu-cluster.nft"
+        if (self.state / "units/gpu-cluster-firewall.enabled").exists() and rules.exists():
+            shutil.copy(rules, self.state / "nft-loaded")
         if re.search(r"^[^#].*\sswap\s", (self.root / "etc/fstab").read_text(), re.M):
             (self.state / "swap").touch()
         self.boot_id.write_text(str(uuid_lib.uuid4()) + "\n")
@@ -1168,6 +1402,8 @@ def prod_scripts() -> dict[str, str]:
         scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files, ca, master)
     init_host = cluster.control_plane[0]
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
+    scripts |= {f"{h.hostname}/identities.sh": kubeadm.identities_script(cluster, h)
+                for h in cluster.control_plane}
     scripts[f"{init_host.hostname}/kubelet-config.sh"] = kubeadm.kubelet_config_script(
         cluster, init_host)
     scripts |= {f"{n.hostname}/kubeadm-join.sh": kubeadm.join_script(cluster, n)
@@ -1219,3 +1455,18 @@ def sm_setups() -> dict[str, tuple[dict[str, str], str, bool]]:
 def sm_files() -> dict[str, dict[str, str]]:
     """SM host -> the files apply-opensm.sh installs (absolute path -> text)."""
     return {host: files for host, (files, _, _) in sm_setups().items()}
+
+
+def ok(run: Run) -> Run:
+    assert run.returncode == 0, run.explain()
+    return run
+
+
+def run_twice(sb: Sandbox, script: str, credentials: tuple[str, ...] | None = None) -> Run:
+    """Run, run again; the second run changes nothing at all. Returns the first run."""
+    first = ok(sb.run(script, credentials=credentials))
+    before = sb.snapshot()
+    second = ok(sb.run(script, credentials=credentials))
+    assert second.changes == [], "second run changed state:\n" + second.explain()
+    assert diff_snapshots(before, sb.snapshot()) == [], "second run changed files"
+    return first

@@ -64,12 +64,52 @@ def test_kube_vip_is_a_valid_static_pod_holding_the_vip(cluster) -> None:  # noq
     assert env["address"] == VIP and env["cp_enable"] == "true"
     caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]
     assert caps == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
-    # Before init only super-admin.conf may talk to the API (kubeadm 1.29+), then admin.conf.
+    # Before init only super-admin.conf may talk to the API (kubeadm 1.29+); the identities
+    # command moves it to its own kubeconfig (below). A joining one has its own from the start.
     assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/super-admin.conf"
-    assert init.index("kubeadm init") < init.index("super-admin.conf|/etc/kubernetes/admin.conf")
     joined = _embedded(kubeadm.control_plane_join_script(cluster, cluster.control_plane[1]),
                        "KUBEVIP")
-    assert joined["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/admin.conf"
+    assert joined["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/kube-vip.conf"
+    # kube-vip reads its kubeconfig at its default path inside the container.
+    assert joined["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == \
+        "/etc/kubernetes/admin.conf"
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_kube_vip_gets_its_own_identity_and_super_admin_leaves_the_host(
+        cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    """On the first control plane after `kubeadm init`: kube-vip moves from super-admin.conf
+    (system:masters, which RBAC cannot limit) to a kubeconfig of gpu-cluster:kube-vip, whose
+    RBAC is a Lease in kube-system and reading Nodes; super-admin.conf is removed; the stack's
+    own identity is bound to cluster-admin. A second run changes nothing."""
+    host = cluster.control_plane[0]
+    sb = Sandbox(tmp_path / host.hostname, host.hostname, {})
+    assert sb.run(host_scripts.prepare_host(cluster, host, KEY)).returncode == 0
+    assert sb.run(kubeadm.init_script(cluster, host)).returncode == 0
+    assert sb.path("/etc/kubernetes/super-admin.conf").exists()  # kubeadm's, for its bootstrap
+    script = kubeadm.identities_script(cluster, host)
+    first = sb.run(script)
+    assert first.returncode == 0, first.explain()
+    manifest = yaml.safe_load(sb.path("/etc/kubernetes/manifests/kube-vip.yaml").read_text())
+    assert manifest["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/kube-vip.conf"
+    conf = sb.path("/etc/kubernetes/kube-vip.conf")
+    assert "name: gpu-cluster:kube-vip" in conf.read_text()
+    assert conf.stat().st_mode & 0o077 == 0
+    assert not sb.path("/etc/kubernetes/super-admin.conf").exists()
+    applied = list(yaml.safe_load_all((sb.state / "cluster/applied").read_text()))
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in applied}
+    role = by_name["Role", "gpu-cluster:kube-vip"]
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "list", "watch", "create", "update"]}]
+    assert by_name["ClusterRole", "gpu-cluster:kube-vip"]["rules"][0]["verbs"] == \
+        ["get", "list", "watch"]
+    stack = by_name["ClusterRoleBinding", "gpu-cluster:stack"]
+    assert stack["roleRef"]["name"] == "cluster-admin"
+    assert stack["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                  "name": "gpu-cluster:stack"}]
+    second = sb.run(script)
+    assert second.returncode == 0 and second.changes == [], second.explain()
 
 
 def test_single_control_plane_has_no_kube_vip(stack: dict[str, Any]) -> None:

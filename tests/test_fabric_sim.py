@@ -27,7 +27,7 @@ from fabric_sim import (
 )
 
 from components.config import validate_cluster
-from components.fabric import sm_restart_order, sm_role_wait
+from components.fabric import sm_keys_conf, sm_restart_order, sm_role_wait
 from components.planning import placement
 from components.planning.fabric import (
     FabricNode,
@@ -323,3 +323,76 @@ def test_subnet_managers_restart_one_at_a_time_standby_first(tmp_path: Path) -> 
         finally:
             for proc in procs.values():
                 sim.stop(proc)
+
+
+# ---------------------------------------------------------------- management keys
+
+# Test values only; a stack's keys are the fabricMKey/fabricSmKey/fabricSaKey secrets.
+KEYS = ("0x9e3779b97f4a7c15", "0x6a09e667f3bcc908", "0xbb67ae8584caa73b")
+
+
+def _keyed_conf(plan: FabricPlan, path: Path, keys: tuple[str, ...], priority: int) -> Path:
+    """The SM host's opensm.conf as `pulumi up` installs it: the rendering plus the keys."""
+    path.write_text(render_opensm_conf(plan, priority=priority, etc_dir=str(path.parent),
+                                       log_file=str(path) + ".log")
+                    + sm_keys_conf(keys) + "\n"
+                    + "force_log_flush TRUE\n")  # the test reads the log while opensm runs
+    return path
+
+
+def _wait_log(log: Path, needle: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while needle not in log.read_text():
+        assert time.monotonic() < deadline, f"{needle!r} never in {log.name}"
+        time.sleep(0.5)
+
+
+def _wait_state(sim: SimFabric, port: str, want: str, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while (state := sim.sm_state(port)) != want and time.monotonic() < deadline:
+        time.sleep(1)
+    return state
+
+
+def test_management_keys_on_the_real_subnet_manager(tmp_path: Path) -> None:
+    """The rendered opensm.conf with the keys appended, on opensm in ibsim: it routes with
+    ftree and logs no error; an SA query carrying a wrong SA_Key is dropped (ERR 1A04) while
+    one with the SA_Key, or with none, is answered; and an SM on a compute HCA (what a pod
+    with the HCA's umad could start) at the highest priority and a lower GUID wins the
+    election only when it holds the SM_Key: with another key the master ignores it (ERR 2F18)
+    and stays master. ibsim 0.10's SMA has no M_Key check, so the port-side refusal of Sets
+    without the M_Key is the hardware's (IBA 14.2.4); here opensm is shown to load level 2."""
+    plan = _prod_plan()
+    write_fabric(plan, tmp_path)
+    master = f"{plan.sm[0].hostname} {plan.sm[0].hca}"
+    tenant = f"{plan.nodes[2].hostname} {plan.nodes[2].rails[0].hca}"
+    conf = _keyed_conf(plan, tmp_path / "sm-01.conf", KEYS, 15)
+    assert "m_key_protection_level 2\n" in conf.read_text()
+    with SimFabric(tmp_path, (tmp_path / "topology.net").read_text(), sim_host=master) as sim:
+        with sim.running_opensm(conf):
+            log = Path(str(conf) + ".log")
+            _wait_log(log, "SUBNET UP", 60)
+            assert "ftree tables configured on all switches" in log.read_text()
+            assert [ln for ln in log.read_text().splitlines() if " ERR " in ln] == []
+            lids = {n.desc: n.lid for n in parse_ibnetdiscover(sim.ibnetdiscover()).nodes.values()}
+            query = ["saquery", "PIR", str(lids[tenant])]
+            assert sim.run_on(tenant, query, 20).returncode == 0  # untrusted, answered
+            assert sim.run_on(tenant, [*query, "--smkey", KEYS[2]], 20).returncode == 0
+            assert sim.run_on(tenant, [*query, "--smkey", "0x1"], 20).returncode != 0
+            assert f"ERR 1A04: Non-Zero MAD SM_Key: 0x1 != SM_Key: {KEYS[2]}" in log.read_text()
+
+            # A rogue SM with another SM_Key: ignored, the master stays master.
+            rogue = sim.start_opensm(_keyed_conf(plan, tmp_path / "rogue.conf",
+                                                 ("0x2", "0x3", "0x4"), 15), tenant)
+            try:
+                _wait_log(log, "ERR 2F18", 30)
+                time.sleep(plan.spec.sm_sweep_interval + 2)  # a full sweep later
+                assert sim.sm_state(master) == "SMINFO_MASTER"
+            finally:
+                sim.stop(rogue)
+            # The same SM holding the SM_Key wins (the GUID breaks the tie): the key decides.
+            peer = sim.start_opensm(_keyed_conf(plan, tmp_path / "peer.conf", KEYS, 15), tenant)
+            try:
+                assert _wait_state(sim, master, "SMINFO_STANDBY", 60) == "SMINFO_STANDBY"
+            finally:
+                sim.stop(peer)

@@ -23,15 +23,17 @@ from sandbox import (
     dgx_h100,
     dgx_h100_drives,
     diff_snapshots,
+    ok,
     prod_cluster,
     prod_scripts,
+    run_twice,
     sm_files,
     stub_names,
     unavailable,
 )
 
 from components.config import CLUSTER_KEY
-from components.fabric import sm_apply_script
+from components.fabric import sm_apply_script, sm_keys_conf, with_sm_keys
 from components.planning import host_scripts, kubeadm
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -42,8 +44,8 @@ NODES = {n.hostname: n for n in CLUSTER.nodes}
 ROLES = {h.hostname: h.role for h in CLUSTER.hosts} | dict.fromkeys(NODES, "gpu-worker")
 HOSTS = sorted({key.split("/")[0] for key in SCRIPTS})
 # Deploy order on one host: prepared first (every other command depends on `<host>-prepare`).
-ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubelet-config.sh", "kubeadm-join.sh",
-         "apply-opensm.sh")
+ORDER = ("prepare-host.sh", "kubeadm-init.sh", "identities.sh", "kubelet-config.sh",
+         "kubeadm-join.sh", "apply-opensm.sh")
 TOKEN = "abcdef.0123456789abcdef"
 # What a worker's join reads from stdin (kubeadm.WORKER_CREDENTIALS), one per line.
 JOIN = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
@@ -67,23 +69,14 @@ def sandbox(tmp_path: Path, host: str, drop_hca: str | None = None) -> Sandbox:
     return sb
 
 
-def ok(run: Run) -> Run:
-    assert run.returncode == 0, run.explain()
-    return run
-
-
-def run_twice(sb: Sandbox, script: str, credentials: tuple[str, ...] | None = None) -> Run:
-    """Run, run again; the second run changes nothing at all. Returns the first run."""
-    first = ok(sb.run(script, credentials=credentials))
-    before = sb.snapshot()
-    second = ok(sb.run(script, credentials=credentials))
-    assert second.changes == [], "second run changed state:\n" + second.explain()
-    assert diff_snapshots(before, sb.snapshot()) == [], "second run changed files"
-    return first
+# Test values for the fabricMKey/fabricSmKey/fabricSaKey secrets `pulumi up` adds to the script.
+SM_KEYS = ("0x1f2e3d4c5b6a7988", "0x2a3b4c5d6e7f8091", "0x3c4d5e6f708192a3")
 
 
 def script(host: str, name: str) -> str:
-    return SCRIPTS[f"{host}/{name}"]
+    """The script as `pulumi up` sends it (the subnet manager's with its keys)."""
+    text = SCRIPTS[f"{host}/{name}"]
+    return with_sm_keys(text, SM_KEYS) if name == "apply-opensm.sh" else text
 
 
 def prepared(tmp_path: Path, host: str) -> Sandbox:
@@ -93,6 +86,22 @@ def prepared(tmp_path: Path, host: str) -> Sandbox:
 
 
 # --- what a first run must have done, per script ------------------------------------------------
+FIREWALL = ("nft", "-f", host_scripts.FIREWALL_FILE)
+
+
+def check_hardening(sb: Sandbox, run: Run) -> None:
+    """Every host: the sshd drop-in, reloaded once; the firewall checked, then loaded once."""
+    dropin = sb.path("/etc/ssh/sshd_config.d/10-gpu-cluster.conf").read_text()
+    assert dropin == host_scripts.sshd_config(CLUSTER_KEY) + "\n"
+    assert run.count("systemctl", "reload", "ssh") == 1
+    checks = [i for i, c in enumerate(run.calls) if c[:2] == ("nft", "-c")]
+    loads = [i for i, c in enumerate(run.calls) if c == FIREWALL]
+    assert len(checks) == 1 and len(loads) == 1 and checks[0] < loads[0], run.explain()
+    assert sb.path(host_scripts.FIREWALL_FILE).read_text() == (
+        sb.state / "nft-loaded").read_text()
+    assert (sb.state / "units/gpu-cluster-firewall.enabled").exists()
+
+
 def check_kube_prereqs(sb: Sandbox, run: Run) -> None:
     assert run.count("swapoff", "-a") == 1
     assert not re.search(r"^[^#].*\sswap\s", sb.path("/etc/fstab").read_text(), re.M)
@@ -105,6 +114,11 @@ def check_kube_prereqs(sb: Sandbox, run: Run) -> None:
     assert {f"kubelet={KUBE_PKG}", f"kubectl={KUBE_PKG}"} <= {a for c in installs for a in c}
     assert run.count("apt-mark", "hold", "kubeadm", "kubelet", "kubectl") == 1
     assert run.count("systemctl", "enable", "kubelet") == 1
+    # The repository's key, pinned: fetched once and checked before it is installed.
+    assert run.count("curl") == 1 and run.count("apt-get", "update") == 1
+    keyring = sb.path("/etc/apt/keyrings/kubernetes-apt-keyring.gpg").read_text()
+    assert keyring == f"stub-key {host_scripts.KUBE_APT_KEY_FINGERPRINT}\n"
+    check_hardening(sb, run)
 
 
 def check_gpu_prepare(sb: Sandbox, run: Run) -> None:
@@ -139,7 +153,13 @@ def check_cp_prepare(sb: Sandbox, run: Run) -> None:
 
 def check_sm_prepare(sb: Sandbox, run: Run) -> None:
     assert run.changes == [("apt-get", "install", "-y", "opensm"),
-                           ("apt-get", "install", "-y", "infiniband-diags")]
+                           ("apt-get", "install", "-y", "infiniband-diags"),
+                           ("systemctl", "reload", "ssh"),
+                           ("apt-get", "install", "-y", "nftables"),
+                           ("systemctl", "daemon-reload"),
+                           ("systemctl", "enable", "gpu-cluster-firewall"),
+                           FIREWALL]
+    check_hardening(sb, run)
 
 
 def check_init(sb: Sandbox, run: Run) -> None:
@@ -154,6 +174,18 @@ def check_init(sb: Sandbox, run: Run) -> None:
     assert key and len(key.group(1)) == 44 and "ENCRYPTION_KEY" not in key.group(1)
     for secret in (STUB_CERT_KEY, STUB_INIT_TOKEN, key.group(1)):
         assert secret not in run.output
+
+
+def check_identities(sb: Sandbox, run: Run) -> None:
+    """The stack's own identity bound once; super-admin.conf (system:masters) off the host."""
+    assert run.find("kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "apply") == [(
+        "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "apply", "-f",
+        "/etc/kubernetes/gpu-cluster-rbac.yaml")]
+    assert "name: gpu-cluster:stack" in (sb.state / "cluster/applied").read_text()
+    assert not sb.path("/etc/kubernetes/super-admin.conf").exists()
+    # What `stack-kubeconfig` then runs: a kubeconfig of the stack's own identity.
+    kubeconfig = ok(sb.run(kubeadm.stack_kubeconfig_command(CLUSTER).removeprefix("sudo ")))
+    assert "name: gpu-cluster:stack" in kubeconfig.stdout
 
 
 UPLOAD = ("kubeadm", "init", "phase", "upload-config", "kubelet", "--config",
@@ -181,8 +213,12 @@ def check_join(sb: Sandbox, run: Run) -> None:
 def check_apply_opensm(sb: Sandbox, run: Run) -> None:
     assert run.count("systemctl", "restart", "opensm") == 1
     for path, text in sm_files()[sb.hostname].items():
+        if path.endswith("/opensm.conf"):  # the keys end the installed file
+            text = text.rstrip("\n") + "\n" + sm_keys_conf(SM_KEYS)
         assert sb.path(path).read_text() == text.rstrip("\n") + "\n"
-    assert run.changes == [("systemctl", "restart", "opensm"),
+        assert sb.path(path).stat().st_mode & 0o777 == 0o600, path
+    assert sb.path("/etc/opensm").stat().st_mode & 0o777 == 0o700
+    assert run.changes == [("systemctl", "daemon-reload"), ("systemctl", "restart", "opensm"),
                            ("systemctl", "enable", "--now", "opensm")]
 
 
@@ -191,6 +227,7 @@ CHECKS = {
     ("control-plane", "prepare-host.sh"): check_cp_prepare,
     ("sm-host", "prepare-host.sh"): check_sm_prepare,
     ("control-plane", "kubeadm-init.sh"): check_init,
+    ("control-plane", "identities.sh"): check_identities,
     ("control-plane", "kubelet-config.sh"): check_kubelet_config,
     ("gpu-worker", "kubeadm-join.sh"): check_join,
     ("sm-host", "apply-opensm.sh"): check_apply_opensm,
@@ -465,9 +502,9 @@ def sm_sandbox(tmp_path: Path) -> Sandbox:
     return prepared(tmp_path, SM)
 
 
-def apply(files: dict[str, str]) -> str:
-    """apply-opensm.sh for SM (sm-01, the master: priority 15)."""
-    return sm_apply_script(files, "mlx5_0", master=True)
+def apply(files: dict[str, str], keys: tuple[str, ...] = SM_KEYS) -> str:
+    """apply-opensm.sh for SM (sm-01, the master: priority 15), with its keys."""
+    return with_sm_keys(sm_apply_script(files, "mlx5_0", master=True), keys)
 
 
 def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
@@ -480,9 +517,36 @@ def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
     assert changed[path] != files[path]
     before = sb.snapshot()
     run = ok(sb.run(apply(changed)))
-    assert run.changes == [("systemctl", "restart", "opensm")], run.explain()
+    assert run.changes == [("systemctl", "daemon-reload"), ("systemctl", "restart", "opensm")], \
+        run.explain()
     assert diff_snapshots(before, sb.snapshot()) == ["etc/opensm/opensm.conf"]
     assert sb.run(apply(changed)).changes == []
+
+
+def test_the_keys_reach_only_the_installed_file_and_a_new_key_restarts_opensm(
+        tmp_path: Path) -> None:
+    """The rendered script holds no key and refuses to run without them (nothing changed);
+    sent with the keys it ends opensm.conf with them, 0600; opensm runs under umask 0077 (its
+    log and guid2mkey cache hold keys); a key rotation changes only opensm.conf."""
+    sb = sm_sandbox(tmp_path)
+    files = sm_files()[SM]
+    rendered = SCRIPTS[f"{SM}/apply-opensm.sh"]
+    assert not any(k in rendered for k in SM_KEYS)
+    before = sb.snapshot()
+    run = sb.run(rendered)
+    assert run.returncode != 0 and "the subnet-manager keys come with this script" in run.stderr
+    assert run.changes == [] and diff_snapshots(before, sb.snapshot()) == []
+    ok(sb.run(apply(files)))
+    conf = sb.path("/etc/opensm/opensm.conf").read_text()
+    assert conf.endswith(f"m_key {SM_KEYS[0]}\nsm_key {SM_KEYS[1]}\nsa_key {SM_KEYS[2]}\n")
+    assert "UMask=0077" in sb.path("/etc/systemd/system/opensm.service.d/10-gpu-cluster.conf"
+                                   ).read_text()
+    rotated = ("0x4d5e6f708192a3b4", *SM_KEYS[1:])
+    before = sb.snapshot()
+    run = ok(sb.run(apply(files, rotated)))
+    assert run.changes == [("systemctl", "daemon-reload"), ("systemctl", "restart", "opensm")]
+    assert diff_snapshots(before, sb.snapshot()) == ["etc/opensm/opensm.conf"]
+    assert f"m_key {rotated[0]}\n" in sb.path("/etc/opensm/opensm.conf").read_text()
 
 
 def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
@@ -528,7 +592,7 @@ def test_a_restart_is_done_only_once_opensm_is_back_in_its_role(tmp_path: Path) 
     assert sb.run(apply(files)).changes == []
     standby = sm_sandbox(tmp_path / "standby")
     standby.sm_state("SMINFO_STANDBY")
-    run = ok(standby.run(sm_apply_script(files, "mlx5_0", master=False)))
+    run = ok(standby.run(with_sm_keys(sm_apply_script(files, "mlx5_0", master=False), SM_KEYS)))
     assert "is back: SMINFO_STANDBY" in run.stdout
 
 

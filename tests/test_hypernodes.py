@@ -24,7 +24,7 @@ from components.planning import kubeadm, placement, platform
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
-LABEL_SU = "gpucluster.io/su"
+LABEL_SU = "node-restriction.kubernetes.io/gpucluster-su"
 SLOTS = 32  # node slots per SU: half the QM9700's 64 ports
 
 

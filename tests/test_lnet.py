@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, prod_raw
-from sandbox import DGX_H100_HCAS, DGX_H100_RAIL_NETDEVS, Run, Sandbox, dgx_h100, unavailable
+from sandbox import (
+    DGX_H100_HCAS,
+    DGX_H100_RAIL_NETDEVS,
+    Run,
+    Sandbox,
+    dgx_h100,
+    ok,
+    unavailable,
+)
 
 from components.config import CLUSTER_KEY, ConfigError, validate_cluster
 from components.planning import host_scripts, lnet
@@ -176,11 +184,6 @@ def gpu_host(tmp_path: Path, cluster) -> tuple[Sandbox, str]:
     sb = Sandbox(tmp_path / node.hostname, node.hostname, DGX_H100_HCAS)
     dgx_h100(sb, data_array=False)
     return sb, host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
-
-
-def ok(run: Run) -> Run:
-    assert run.returncode == 0, run.explain()
-    return run
 
 
 def lnet_calls(run: Run) -> list[tuple[str, ...]]:

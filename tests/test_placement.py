@@ -15,7 +15,14 @@ import pytest
 from conftest import REPO, prod_raw
 
 from components.config import Cluster, validate_cluster
-from components.planning import nodes, platform, release_placement, storage, workloads
+from components.planning import (
+    kubeadm,
+    nodes,
+    platform,
+    release_placement,
+    storage,
+    workloads,
+)
 from components.planning.scheduling import fits, homes, tolerates
 
 
@@ -111,7 +118,8 @@ def test_the_filters_follow_kubernetes_matching_rules() -> None:
     ok = {"tolerations": [{"operator": "Exists"}],
           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
               "nodeSelectorTerms": [{"matchExpressions": [
-                  {"key": "gpucluster.io/su", "operator": "In", "values": ["su1"]}]}]}}}}
+                  {"key": "node-restriction.kubernetes.io/gpucluster-su", "operator": "In",
+                 "values": ["su1"]}]}]}}}}
     assert fits(ok, gpu0)
     ok["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ["su2"]
@@ -175,3 +183,17 @@ def test_priorities_are_set_at_the_charts_own_keys() -> None:
     assert "priorityClassName" not in v["gpu-operator"]["operator"]
     assert "priorityClassName" not in str(v["volcano"])
     assert "priorityClassName" not in str(v["network-operator"])
+
+
+def test_placement_labels_are_ones_no_kubelet_can_set() -> None:
+    """Every label that steers work to a GPU node (its role, SU, rack, rails' leaves) is under
+    node-restriction.kubernetes.io/, which the NodeRestriction admission plugin (on by kubeadm's
+    default) refuses to any kubelet: a node cannot promote itself into a gang or a role. The
+    product label is the GPU Feature Discovery's own, which labels the node anyway."""
+    for node in prod().nodes:
+        labels = kubeadm.node_labels(prod(), node, {0: "leaf-su1-r0-1"})
+        steering = {k for k in labels if k != "nvidia.com/gpu.product"}
+        assert steering and all(k.startswith("node-restriction.kubernetes.io/") for k in steering)
+    selectors = [t["key"] for t in platform.GPU_NODE_TERM["matchExpressions"]]
+    assert selectors == ["node-restriction.kubernetes.io/gpucluster-role"]
+    assert workloads.su_label_key(prod()) == "node-restriction.kubernetes.io/gpucluster-su"

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, prod_cluster, unavailable
+from sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, ok, prod_cluster, unavailable
 
 from components.config import CLUSTER_KEY
 from components.planning import host_scripts, reboot
@@ -24,11 +24,6 @@ CLUSTER = prod_cluster()
 NODE = CLUSTER.nodes[0]
 HOST = NODE.hostname
 STATE = "/var/lib/gpu-cluster"
-
-
-def ok(run: Run) -> Run:
-    assert run.returncode == 0, run.explain()
-    return run
 
 
 def gpu_node(tmp_path: Path) -> Sandbox:

@@ -24,6 +24,7 @@ from sandbox import DGX_H100_RAIL_NETDEVS
 
 from components.config import Cluster, ConfigError, validate_cluster
 from components.planning import platform
+from components.planning.compat import TRAINING_OPERATOR_COMMITS
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -428,8 +429,16 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     text = path.read_text()
     platform.check_training_operator_dir(text, c.platform.training_operator.version)
     doc = yaml.safe_load(text)
+    # Fetched by the commit the v1.9.4 tag points to, never by the tag (which can be moved):
+    # https://proxy.golang.org/github.com/kubeflow/training-operator/@v/v1.9.4.info reports
+    # Origin.Ref refs/tags/v1.9.4, Origin.Hash 4445c12aa62e4345b0c2c6ac9b215a70eca46ed7.
+    assert c.platform.training_operator.version == "v1.9.4"
+    commit = "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7"
     assert doc["resources"] == [
-        "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"]
+        f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={commit}"]
+    assert re.fullmatch(r"[0-9a-f]{40}", doc["resources"][0].rpartition("?ref=")[2])
+    assert "# v1.9.4: the commit its tag points to" in text
+    assert TRAINING_OPERATOR_COMMITS["v1.9.4"] == commit
     (patch,) = doc["patches"]
     assert patch["target"]["kind"] == "Deployment"
     assert patch["target"]["name"] == "training-operator"
@@ -443,6 +452,9 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
                                             "/spec/template/spec/priorityClassName"}
     with pytest.raises(ValueError, match="v1.9.3"):
         platform.check_training_operator_dir(text, "v1.9.3")
+    # A release without its commit is refused with the fix, never rendered as a tag ref.
+    with pytest.raises(ValueError, match=r"v1\.9\.5 .*add \"v1\.9\.5\".*TRAINING_OPERATOR_COMMITS"):
+        platform.training_operator_kustomization("v1.9.5")
     plan = {r["name"]: r for r in json.loads((build / "plan.json").read_text())["resources"]}
     assert plan["training-operator"]["inputs"]["directory"] == platform.TRAINING_OPERATOR_DIR
     # The jobs ask for Volcano, so the operator's PodGroup is what admits them.
@@ -456,6 +468,8 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
 
 @pytest.mark.parametrize(("path", "value", "says"), [
     (("platform", "trainingOperator", "version"), "v2.3.0", "not a Training Operator v1.9.x"),
+    (("platform", "trainingOperator", "version"), "v1.9.5",
+     'add "v1.9.5": "<commit>" to TRAINING_OPERATOR_COMMITS'),
     (("platform", "cni"), "cilium", "only calico is rendered"),
 ])
 def test_platform_choices_the_stack_cannot_honour_are_config_errors(raw, path, value, says):

@@ -175,6 +175,12 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
                              '"gpu-node-00 rail 0 (mlx5_0)'),
         replace_text("stdin", '"gpu-node-00 rail 4 (mlx5_6)', '"gpu-node-00 rail 4 (mlx5_7)')),
     "subnet-managers-redundant": (FABRIC, sm_priorities(15, 15), sm_priorities(15, 0)),
+    "subnet-manager-m-key-protected": (
+        FABRIC, lambda p: p["facts"]["subnetManagers"][0].update(mKeyProtection=1),
+        lambda p: p["facts"]["subnetManagers"][0].update(mKeyProtection=3)),
+    "subnet-manager-keys-secret": (
+        FABRIC, lambda p: p["facts"]["subnetManagers"][1].update(keysInFile=["sm_key"]),
+        lambda p: p["facts"]["subnetManagers"][1].update(keysInFile=[])),
     "switch-sm-disabled": (FABRIC, lambda p: leaf(p).update(switchSmDisabled=False),
                            lambda p: leaf(p).update(switchSmDisabled=False)
                            or p["facts"].update(subnetManagers=[])),
@@ -262,6 +268,24 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
         INIT, lambda p: p.update(stdin=p["stdin"] + "curl -fsSL https://get.example/x.sh | bash\n"),
         lambda p: p.update(stdin=p["stdin"] + "curl -fsSL https://pkgs.k8s.io/key | gpg "
                                               "--dearmor -o /etc/apt/keyrings/k.gpg\n")),
+    "control-plane-hardened/authorization-mode": (
+        INIT, stdin_edit("  - name: profiling\n    value: 'false'\n  - name: admission-control",
+                         "  - name: profiling\n    value: 'false'\n  - name: authorization-mode"
+                         "\n    value: RBAC\n  - name: admission-control"),
+        stdin_edit("  - name: profiling\n    value: 'false'\n  - name: admission-control",
+                   "  - name: profiling\n    value: 'false'\n  - name: authorization-mode"
+                   "\n    value: Node,RBAC\n  - name: admission-control")),
+    "host-scripts-safe/world-readable": (
+        INIT, lambda p: p.update(stdin=p["stdin"] + "chmod 0644 /etc/kubernetes/admin.conf\n"),
+        lambda p: p.update(stdin=p["stdin"] + "chmod 0640 /etc/kubernetes/admin.conf\n"
+                                              "chmod 0644 /etc/ssh/sshd_config.d/10-x.conf\n")),
+    "host-scripts-safe/token-argv": (
+        INIT, lambda p: p.update(stdin=p["stdin"] + "kubeadm join --token abcdef.0123456789abcdef"
+                                                    " 10.0.0.1:6443\n"),
+        lambda p: p.update(stdin=p["stdin"] + "kubeadm join --config /etc/kubernetes/j.yaml\n")),
+    "apiserver-anonymous-limited": (
+        INIT, stdin_edit("  - path: /healthz\n", "  - path: /healthz\n  - path: /version\n"),
+        stdin_edit("  - path: /healthz\n", "")),
     "workload-containers-unprivileged": (
         TRAIN, lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
         lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("CHOWN")),
@@ -335,29 +359,34 @@ def violations(rule: str, plan: list[Res], res: Res) -> list[str]:
     return [d.message for d in diags if d.policy == rule]
 
 
+def _rule(case: str) -> str:
+    """A case is named by its rule, or `<rule>/<what>` for a further mutation of one rule."""
+    return case.split("/")[0]
+
+
 def test_every_rule_has_cases() -> None:
-    assert sorted(CASES) == sorted(p.name for p in gpu_guardrails.POLICIES)
+    assert sorted({_rule(c) for c in CASES}) == sorted(p.name for p in gpu_guardrails.POLICIES)
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_known_good_passes(rule: str, prod_plan: list[Res]) -> None:
     selector = CASES[rule][0]
     res = prod_plan[find(prod_plan, selector)]
-    assert violations(rule, prod_plan, res) == []
+    assert violations(_rule(rule), prod_plan, res) == []
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_mutation_violates(rule: str, prod_plan: list[Res]) -> None:
     selector, bad, _near = CASES[rule]
     plan, res = mutated(copy.copy(prod_plan), selector, bad)
-    assert violations(rule, plan, res), f"{rule}: the mutation went unnoticed"
+    assert violations(_rule(rule), plan, res), f"{rule}: the mutation went unnoticed"
 
 
 @pytest.mark.parametrize("rule", sorted(r for r in CASES if CASES[r][2] is not None))
 def test_near_miss_passes(rule: str, prod_plan: list[Res]) -> None:
     selector, _bad, near = CASES[rule]
     plan, res = mutated(copy.copy(prod_plan), selector, near)
-    assert violations(rule, plan, res) == []
+    assert violations(_rule(rule), plan, res) == []
 
 
 def test_protect_near_miss(prod_plan: list[Res]) -> None:

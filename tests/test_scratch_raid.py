@@ -26,7 +26,9 @@ from sandbox import (
     Sandbox,
     dgx_h100,
     diff_snapshots,
+    ok,
     prod_cluster,
+    run_twice,
     unavailable,
 )
 
@@ -58,20 +60,6 @@ def script(mount_point: str = "/scratch", filesystem: str = "xfs", **drives) -> 
     node: GpuNode = dataclasses.replace(NODE, template=NODE.template.model_copy(
         update={"data_drives": spec.model_copy(update=drives)}))
     return host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
-
-
-def ok(run: Run) -> Run:
-    assert run.returncode == 0, run.explain()
-    return run
-
-
-def run_twice(sb: Sandbox, text: str) -> Run:
-    first = ok(sb.run(text))
-    before = sb.snapshot()
-    second = ok(sb.run(text))
-    assert second.changes == [], "second run changed state:\n" + second.explain()
-    assert diff_snapshots(before, sb.snapshot()) == [], "second run changed files"
-    return first
 
 
 def stopped_unchanged(sb: Sandbox, text: str) -> Run:

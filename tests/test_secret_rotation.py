@@ -17,7 +17,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sandbox import Sandbox, unavailable
 
-from components.config import ConfigError, _ssh_key_problem, validate_cluster
+from components.config import (
+    ConfigError,
+    _fabric_key_problems,
+    _ssh_key_problem,
+    validate_cluster,
+)
 from components.planning.ssh_keys import authorized_keys_script, fingerprint
 
 KEY = "gpu-cluster:cluster"
@@ -128,6 +133,19 @@ def test_a_new_bmc_password_reruns_the_redfish_settings(project: Path) -> None:
     assert steps[0].startswith("BMC password rotation (version 1 -> version 2)")
 
 
+def test_new_fabric_keys_restart_only_the_subnet_managers_in_a_window(project: Path) -> None:
+    baseline(project)
+    edit_credentials(project, fabricKeysVersion=2)
+    impact, steps, changed = preview(project)
+    sms = [s["host"] for s in prod_raw()["fabric"]["subnetManagers"]]
+    assert changed == {f"{h}-opensm": "update" for h in sms}
+    assert impact[1] == ("  subnet-manager keys rotation version 1 -> version 2: "
+                         f"{len(sms)} commands re-run on {len(sms)} hosts with the new secret")
+    assert steps[0].startswith("subnet-manager keys rotation (version 1 -> version 2), in a "
+                               "maintenance window")
+    assert "guid2mkey" in steps[0]
+
+
 # ---------------------------------------------------------------- the check at `pulumi up`
 
 def cluster(**credentials: object):  # noqa: ANN201 - the validated model
@@ -216,3 +234,35 @@ def test_the_key_list_authorises_before_it_drops(host: Sandbox) -> None:
 def test_the_key_list_never_empties_the_file(host: Sandbox) -> None:
     run = host.run(authorized_keys_script("ubuntu", ()))
     assert run.returncode == 1 and "refusing to lock every key out" in run.stderr
+
+
+# ---------------------------------------------------------------- the fabric's keys at `pulumi up`
+
+GOOD_KEYS = {"fabricMKey": "0x1f2e3d4c5b6a7988", "fabricSmKey": "0x2a3b4c5d6e7f8091",
+             "fabricSaKey": "0x3c4d5e6f708192a3"}
+
+
+def test_up_takes_three_distinct_64_bit_keys() -> None:
+    assert _fabric_key_problems(GOOD_KEYS, strict=True) == []
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("fabricSmKey", "0x1", "is 0 or 1"),  # opensm's default: every stock opensm holds it
+    ("fabricMKey", "0x0", "is 0 or 1"),  # no M_Key: every port open to Sets
+    ("fabricSaKey", "0x12345678901234567", "is not a 64-bit hex key"),  # 17 digits
+    ("fabricSaKey", "c0ffee", "is not a 64-bit hex key"),
+])
+def test_up_refuses_a_weak_or_malformed_key_without_echoing_it(key: str, value: str,
+                                                                 says: str) -> None:
+    problems = _fabric_key_problems(dict(GOOD_KEYS, **{key: value}), strict=True)
+    assert [p.path for p in problems] == [f"(secret) gpu-cluster:{key}"]
+    assert says in problems[0].message and value not in problems[0].render()
+    assert "openssl rand -hex 8" in problems[0].fix
+
+
+def test_up_refuses_keys_that_share_a_value_and_preview_lets_placeholders_through() -> None:
+    shared = dict(GOOD_KEYS, fabricSaKey=GOOD_KEYS["fabricMKey"])
+    assert ["share a value" in p.message for p in _fabric_key_problems(shared, True)] == [True]
+    offline = {k: f"offline-secret-{k}#version 1" for k in GOOD_KEYS}
+    assert _fabric_key_problems(offline, strict=False) == []
+    assert len(_fabric_key_problems(offline, strict=True)) == 3

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from conftest import REPO, run_offline
 
-SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword")
+SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword", "fabricMKey", "fabricSmKey",
+               "fabricSaKey")
 SHAPES = {
     "PEM key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     "kubeadm bootstrap token": re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b"),
@@ -65,7 +66,12 @@ def test_commands_carry_secrets_only_as_secrets(rendered_copy: Path) -> None:
         assert "environment" not in r["inputs"], r["name"]
         if r["name"].endswith("-kubeadm-join"):
             assert r["inputs"]["stdin"] == "[secret]", r["name"]
+        if r["name"].endswith("-opensm"):  # the script, each of the fabric's keys masked
+            assert re.search(r"^OPENSM_KEYS='m_key \[secret fabricMKey version \d+\]$",
+                             r["inputs"]["stdin"], re.M), r["name"]
+            assert "offline-secret-" not in r["inputs"]["stdin"]
     assert any(r["name"].endswith("-kubeadm-join") for r in commands)
+    assert any(r["name"].endswith("-opensm") for r in commands)
 
 
 def test_commands_that_print_credentials_keep_them_secret_and_unlogged(

@@ -70,7 +70,7 @@ def test_csi_driver_runs_where_the_gpu_pods_mount_lustre():
                                    "volumeLifecycleModes": ["Persistent"]}
     pod = ds["spec"]["template"]["spec"]
     assert platform.gpu_toleration() in pod["tolerations"]  # GPU nodes are tainted
-    assert pod["nodeSelector"] == {"gpucluster.io/role": "gpu-worker"}
+    assert pod["nodeSelector"] == {"node-restriction.kubernetes.io/gpucluster-role": "gpu-worker"}
     images = [x["image"] for x in pod["containers"] + pod["initContainers"]]
     assert images[0] == "ghcr.io/hewlettpackard/lustre-csi-driver:0.1.5"
     assert all(":" in i.rsplit("/", 1)[-1] and not i.endswith(":latest") for i in images)

@@ -132,8 +132,8 @@ def test_training_takes_whole_nodes_of_one_su(twin) -> None:  # noqa: ANN001
     nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
     workers = {k: v for k, v in _on(twin["pods"], "training").items() if "pretrain" in k}
     assert len(workers) == 4 and len(set(workers.values())) == 4, workers
-    assert {nodes[n]["metadata"]["labels"]["gpucluster.io/su"] for n in workers.values()} \
-        == {"su1"}
+    su = "node-restriction.kubernetes.io/gpucluster-su"
+    assert {nodes[n]["metadata"]["labels"][su] for n in workers.values()} == {"su1"}
     # Nothing else holds a GPU on those nodes: each pod takes all 8.
     for pod in twin["pods"]:
         if pod["spec"].get("nodeName") in workers.values() and \
@@ -188,6 +188,19 @@ def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:  # noq
     assert "capabilities beyond baseline and IPC_LOCK" in seen["training/sys-admin"]
     assert 'violates PodSecurity "baseline:latest"' in seen["twin-unlabeled/privileged"]
     assert seen["gpu-operator/driver"] == "admitted"
+
+
+def test_the_api_server_answers_anonymous_requests_only_where_joins_and_probes_need(
+        twin) -> None:  # noqa: ANN001
+    """The real API server with the stack's AuthenticationConfiguration: without credentials
+    the health checks and the cluster-info ConfigMap (`kubeadm join`'s discovery) answer,
+    everything else is 401 — not 403: the request is not even authenticated as anonymous."""
+    seen = {s.split(":", 1)[0].removeprefix("anonymous "): s.rsplit(": ", 1)[1]
+            for s in twin["report"]["seen"] if s.startswith("anonymous ")}
+    assert seen == {"/livez": "200", "/readyz": "200", "/healthz": "200",
+                    "/api/v1/namespaces/kube-public/configmaps/cluster-info": "200",
+                    "/version": "401", "/metrics": "401", "/api/v1/namespaces": "401",
+                    "/api/v1/namespaces/kube-system/secrets": "401"}
 
 
 def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path) -> None:

@@ -82,10 +82,17 @@ def test_every_action_is_pinned_by_commit_and_checkouts_keep_no_token() -> None:
             for step in job["steps"]:
                 if str(step.get("uses", "")).startswith("actions/checkout@"):
                     assert step["with"]["persist-credentials"] is False, name
+    # Python packages are pinned the same way: every install from a requirements file is
+    # checked against the lock file's hashes (pip refuses a package without one).
+    installs = [(name, line) for name, text in TEXTS.items() for line in text.splitlines()
+                if re.search(r"\bpip install\b.*\s-r\s", line)]
+    assert installs
+    for name, line in installs:
+        assert "--require-hashes" in line.split(), (name, line)
 
 
 def test_the_cli_is_pinned_to_the_sdk_version() -> None:
-    sdk = re.search(r"^pulumi==(\S+)$", (REPO / "requirements.txt").read_text(), re.M)
+    sdk = re.search(r"^pulumi==([^\s\\]+)", (REPO / "requirements.txt").read_text(), re.M)
     assert sdk
     pins = [step["with"]["pulumi-version"] for wf in WORKFLOWS.values()
             for job in wf["jobs"].values() for step in job["steps"]

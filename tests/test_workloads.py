@@ -200,7 +200,7 @@ def test_topology_constraint_is_the_tier1_hypernode():
     for t in gpu_templates(job):
         (term,) = t["spec"]["affinity"]["podAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]
-        assert term["topologyKey"] == key == "gpucluster.io/su"
+        assert term["topologyKey"] == key == "node-restriction.kubernetes.io/gpucluster-su"
         assert term["labelSelector"]["matchLabels"].items() <= t["metadata"]["labels"].items()
 
 

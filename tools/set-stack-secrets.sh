@@ -15,3 +15,6 @@ set_secret() {  # <config key> <environment variable>
 set_secret sshPrivateKey GPU_CLUSTER_SSH_PRIVATE_KEY
 set_secret bmcPassword GPU_CLUSTER_BMC_PASSWORD
 set_secret switchPassword GPU_CLUSTER_SWITCH_PASSWORD
+set_secret fabricMKey GPU_CLUSTER_FABRIC_M_KEY
+set_secret fabricSmKey GPU_CLUSTER_FABRIC_SM_KEY
+set_secret fabricSaKey GPU_CLUSTER_FABRIC_SA_KEY

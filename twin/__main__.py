@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             ("github.com/kubeflow/training-operator", built["trainingOperator"]),
             ("sigs.k8s.io/kwok", built["kwok"]))}
         admission = rendering / "kubernetes/admission-config.yaml"
+        authentication = rendering / "kubernetes/authentication-config.yaml"
         with ControlPlane(bin_dir, work, str(cluster.kubernetes.service_cidr),
                           kwok_stages(modules["sigs.k8s.io/kwok"]),
-                          admission if admission.is_file() else None) as cp:
+                          admission if admission.is_file() else None,
+                          authentication if authentication.is_file() else None) as cp:
             address = host_address()
             prepare(cp, args.shared, manifests, releases, planned_nodes(cluster))
             start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             state = snapshot(cp, settle(cp, report))
             verify(cluster, state, plan_gates, report)
             report.failures += checks.pod_admission(cp, cluster, report.seen)
+            report.failures += checks.anonymous_access(cp, report.seen)
             report.failures += checks.drain_honours_budget(
                 cp, state["pods"], [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
                 report.seen)

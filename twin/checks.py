@@ -5,6 +5,9 @@ wrong on hardware, one line each; an empty list means the check holds."""
 from __future__ import annotations
 
 import json
+import ssl
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -236,3 +239,51 @@ def pod_admission(cp: ControlPlane, cluster: Any, seen: list[str]) -> Iterator[s
         if (proc.returncode == 0) != admitted:
             yield (f"a {name} pod in {ns} was {verdict}, expected "
                    f"{'admitted' if admitted else 'refused'}")
+
+
+# kubeadm's RBAC for token discovery (phases/bootstraptoken/clusterinfo): anonymous may read
+# the cluster-info ConfigMap, nothing else.
+_CLUSTER_INFO_RBAC = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cluster-info, namespace: kube-public}
+data: {kubeconfig: ""}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: "kubeadm:bootstrap-signer-clusterinfo", namespace: kube-public}
+rules:
+- {apiGroups: [""], resources: [configmaps], resourceNames: [cluster-info], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "kubeadm:bootstrap-signer-clusterinfo", namespace: kube-public}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role,
+          name: "kubeadm:bootstrap-signer-clusterinfo"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:anonymous"}]
+"""
+# path → the status an unauthenticated request must get from the stack's API server
+ANONYMOUS_EXPECTED = {"/livez": 200, "/readyz": 200, "/healthz": 200,
+                      "/api/v1/namespaces/kube-public/configmaps/cluster-info": 200,
+                      "/version": 401, "/metrics": 401, "/api/v1/namespaces": 401,
+                      "/api/v1/namespaces/kube-system/secrets": 401}
+
+
+def anonymous_access(cp: ControlPlane, seen: list[str]) -> Iterator[str]:
+    """Requests without credentials against the real API server with the stack's
+    AuthenticationConfiguration (and kubeadm's cluster-info RBAC): answered on the health
+    checks and cluster-info only, 401 everywhere else."""
+    cp.kubectl("create", "namespace", "kube-public", check=False)
+    cp.kubectl("apply", "-f", "-", stdin=_CLUSTER_INFO_RBAC)
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # loopback, the twin's self-signed serving cert
+    for path, want in ANONYMOUS_EXPECTED.items():
+        try:
+            with urllib.request.urlopen(cp.server + path, context=insecure, timeout=10) as r:
+                got = r.status
+        except urllib.error.HTTPError as err:
+            got = err.code
+        seen.append(f"anonymous {path}: {got}")
+        if got != want:
+            yield f"an anonymous request for {path} got {got}, expected {want}"

@@ -31,12 +31,14 @@ class ControlPlane:
     """Start with `with ControlPlane(bin_dir, work) as cp:`; every process stops on exit."""
 
     def __init__(self, bin_dir: Path, work: Path, service_cidr: str = "10.96.0.0/12",
-                 kwok_stages: str | None = None, admission_config: Path | None = None) -> None:
+                 kwok_stages: str | None = None, admission_config: Path | None = None,
+                 authentication_config: Path | None = None) -> None:
         self.bin = bin_dir
         self.work = work
         self.service_cidr = service_cidr
         self.kwok_stages = kwok_stages  # KWOK Stage documents; None: KWOK's defaults
         self.admission_config = admission_config  # the stack's AdmissionConfiguration
+        self.authentication_config = authentication_config  # its AuthenticationConfiguration
         self._on_stop: list[Callable[[], None]] = []
         self.port = free_port()
         self.server = f"https://127.0.0.1:{self.port}"
@@ -111,7 +113,9 @@ class ControlPlane:
             "--enable-aggregator-routing=true",
             "--enable-admission-plugins=NodeRestriction",
             *([f"--admission-control-config-file={self.admission_config}"]
-              if self.admission_config else [])])
+              if self.admission_config else []),
+            *([f"--authentication-config={self.authentication_config}"]
+              if self.authentication_config else [])])
         self.wait_ready()
         common = [f"--kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1"]
         self.spawn("kube-controller-manager", [

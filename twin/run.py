@@ -162,7 +162,7 @@ def training_operator_objects(cp: ControlPlane, kustomization: str, module: Path
                               work: Path) -> list[dict[str, Any]]:
     """The stack's kustomization of the Training Operator built by the real `kubectl
     kustomize`: its upstream overlay comes from the operator's Go module (the same files as
-    the release tag the kustomization names), since GitHub cannot be reached."""
+    the release the kustomization names by its tag's commit), since GitHub cannot be reached."""
     root = work / "training-operator"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(module / "manifests", root / "manifests")

@@ -37,6 +37,13 @@ VOLCANO_HYPERNODE: tuple[str, ...] = DATA.VOLCANO_HYPERNODE
 # --gang-scheduler-name flag the platform sets live on the release-1.9 branch only; master is
 # Trainer v2 (TrainJob). platform/training-operator/kustomization.yaml pins the same ref.
 TRAINING_OPERATOR_SERIES = "v1.9."
+# Release -> the commit its tag points to: the kustomization fetches the upstream overlay by
+# this commit, never by the tag (a tag can be moved). Source: the Go module proxy,
+# https://proxy.golang.org/github.com/kubeflow/training-operator/@v/<release>.info, whose
+# Origin.Hash is the commit of Origin.Ref refs/tags/<release>. A release needs its entry here.
+TRAINING_OPERATOR_COMMITS: dict[str, str] = {
+    "v1.9.4": "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
+}
 
 # Calico (tigera-operator) minor series -> Kubernetes minor versions it is tested with
 # (Calico's per-release system requirements).
@@ -44,6 +51,17 @@ CALICO_K8S: dict[str, tuple[int, int]] = {
     "v3.30": (31, 33),
     "v3.31": (32, 35),
 }
+
+
+def training_operator_unpinned(version: str) -> str:
+    return (f"has no commit in TRAINING_OPERATOR_COMMITS: the Training Operator {version} is "
+            "fetched by the commit of its tag, never by the tag itself (a tag can be moved)")
+
+
+def training_operator_pin_fix(version: str) -> str:
+    return (f'add "{version}": "<commit>" to TRAINING_OPERATOR_COMMITS in '
+            "components/planning/compat.py, the Origin.Hash of https://proxy.golang.org/"
+            f"github.com/kubeflow/training-operator/@v/{version}.info")
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,9 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
         yield ("platform.trainingOperator.version", to,
                "is not a Training Operator v1.9.x release (the PyTorchJob/MPIJob v1 API and "
                "--gang-scheduler-name)", "use v1.9.4")
+    elif to not in TRAINING_OPERATOR_COMMITS:
+        yield ("platform.trainingOperator.version", to, training_operator_unpinned(to),
+               training_operator_pin_fix(to))
 
     yield from _lnet_problems(cluster)
     yield from _vllm_problems(cluster)

@@ -20,6 +20,8 @@ _HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)(?: \[[^\]]*\])?$")
 _SWITCH_PEER = re.compile(r"^(\S+) port (\d+)(?: \[[^\]]*\])?$")
 _PKEY_LINE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(0x[0-9a-fA-F]+)\b")
 _SM_PRIORITY = re.compile(r"^\s*sm_priority\s+(\d+)\s*$", re.M)
+_M_KEY_PROTECTION = re.compile(r"^\s*m_key_protection_level\s+(\d+)\s*$", re.M)
+_KEY_OPTION = re.compile(r"^\s*(m_key|sm_key|sa_key)\s", re.M)
 
 
 def switch_port_descriptions(cli: str) -> dict[int, str]:
@@ -36,7 +38,7 @@ def fabric_facts(switch_cli: Mapping[str, str],
                  sm_files: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
     """Summary of the fabric as configured: per switch its role, host- and switch-facing ports
     and highest port used; per host and rail the switches and HCA it is cabled to; the subnet
-    managers' priorities; the partitions' pkeys."""
+    managers' priorities and management-key settings; the partitions' pkeys."""
     names = set(switch_cli)
     switches: dict[str, Any] = {}
     rails: dict[str, dict[str, dict[str, Any]]] = {}
@@ -70,7 +72,12 @@ def fabric_facts(switch_cli: Mapping[str, str],
     for host, files in sorted(sm_files.items()):
         conf = next((t for p, t in files.items() if p.endswith("/opensm.conf")), "")
         m = _SM_PRIORITY.search(conf)
-        sms.append({"host": host, "priority": int(m.group(1)) if m else None})
+        mkp = _M_KEY_PROTECTION.search(conf)
+        sms.append({"host": host, "priority": int(m.group(1)) if m else None,
+                    "mKeyProtection": int(mkp.group(1)) if mkp else 0,
+                    # key options in the file itself: a secret in state and plan, or a fixed
+                    # key every copy of the file shares (the keys come from Pulumi secrets)
+                    "keysInFile": sorted(set(_KEY_OPTION.findall(conf)))})
         parts = next((t for p, t in files.items() if p.endswith("/partitions.conf")), "")
         for line in parts.splitlines():
             pm = _PKEY_LINE.match(line)

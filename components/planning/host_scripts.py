@@ -8,7 +8,10 @@ ever contains a secret: credentials reach a host only on a command's stdin, as P
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from ipaddress import ip_address
 from textwrap import dedent
+from typing import Literal
 
 from components.config import Cluster, GpuNode, Host
 from components.planning import reboot
@@ -58,6 +61,20 @@ if write_if_changed /etc/modules-load.d/gpu-cluster.conf "$MODULES"; then mark m
 settle modules load_modules
 if write_if_changed /etc/sysctl.d/90-gpu-cluster.conf "$SYSCTLS"; then mark sysctl; fi
 settle sysctl sysctl --system
+# The kubelet (protectKernelDefaults) refuses to start unless these already hold. `sysctl
+# --system` applies the files in name order, the last value winning: a file read after ours, or
+# a value set by hand, is caught here rather than at the kubelet's start.
+while read -r key _ want; do
+  [ -n "$key" ] || continue
+  have="$(sysctl -n "$key")"
+  if [ "$have" != "$want" ]; then
+    echo "sysctl: $key is $have, the kubelet requires $want (protectKernelDefaults)" >&2
+    echo "  fix: remove the setting that overrides /etc/sysctl.d/90-gpu-cluster.conf" \
+      "(grep -r $key /etc/sysctl.d /etc/sysctl.conf /run/sysctl.d /usr/lib/sysctl.d)," \
+      "then run sysctl --system" >&2
+    exit 1
+  fi
+done <<<"$KUBELET_SYSCTLS"
 
 # --- containerd with systemd cgroups ------------------------------------------------------------
 if ! dpkg -s containerd.io >/dev/null 2>&1 && ! dpkg -s containerd >/dev/null 2>&1; then
@@ -72,14 +89,50 @@ settle containerd systemctl restart containerd
 systemctl is-enabled --quiet containerd || systemctl enable --now containerd
 
 # --- Kubernetes package repository (pkgs.k8s.io keeps one repository per minor version) -------
-if ! grep -qsF "$KUBE_REPO/ /" /etc/apt/sources.list.d/kubernetes.list; then
-  install -d -m 0755 /etc/apt/keyrings /etc/apt/sources.list.d
-  curl -fsSL "$KUBE_REPO/Release.key" \
-    | gpg --batch --yes --dearmor -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
-  printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] %s/ /\n' "$KUBE_REPO" \
-    > /etc/apt/sources.list.d/kubernetes.list
-  apt-get update
+# Its signing key is pinned by fingerprint (KUBE_KEY_FPR): a downloaded Release.key is installed
+# only when it holds exactly that one primary key. An installed keyring is fetched again when it
+# does not hold the pinned key alone, or when that key has expired (the project extends the
+# expiry of the same key).
+kube_keyring=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
+kube_key() {  # key file -> "<fingerprint> <expiry, 0: none>" of its only primary key, else nothing
+  gpg --show-keys --with-colons "$1" 2>/dev/null | awk -F: '
+    $1 == "pub" { n++; expiry = $7; want = 1; next }
+    $1 == "fpr" && want { fpr = $10; want = 0 }
+    END { if (n == 1) print fpr, (expiry == "" ? 0 : expiry) }' || true
+}
+kube_key_current() {  # key file -> 0 when it holds the pinned key alone, unexpired
+  local fpr="" expiry=""
+  read -r fpr expiry <<<"$(kube_key "$1")" || true
+  [ "$fpr" = "$KUBE_KEY_FPR" ] && { [ "${expiry:-0}" = 0 ] || [ "$expiry" -gt "$(date +%s)" ]; }
+}
+kube_apt_update=0
+if [ ! -f "$kube_keyring" ] || ! kube_key_current "$kube_keyring"; then
+  kube_tmp="$(mktemp -d)"
+  curl -fsSL -o "$kube_tmp/Release.key" "$KUBE_REPO/Release.key"
+  kube_got=""
+  read -r kube_got _ <<<"$(kube_key "$kube_tmp/Release.key")" || true
+  if [ "$kube_got" != "$KUBE_KEY_FPR" ]; then
+    rm -rf "$kube_tmp"
+    echo "$KUBE_REPO/Release.key is not the pinned pkgs.k8s.io signing key: its fingerprint is" \
+      "${kube_got:-none (no key, or more than one)}, the pinned one $KUBE_KEY_FPR;" \
+      "nothing was installed" >&2
+    exit 1
+  fi
+  gpg --batch --yes --dearmor -o "$kube_tmp/keyring.gpg" "$kube_tmp/Release.key"
+  if ! cmp -s "$kube_tmp/keyring.gpg" "$kube_keyring"; then
+    install -d -m 0755 /etc/apt/keyrings
+    install -m 0644 "$kube_tmp/keyring.gpg" "$kube_keyring"
+    kube_apt_update=1
+  fi
+  rm -rf "$kube_tmp"
 fi
+if ! grep -qsF "$KUBE_REPO/ /" /etc/apt/sources.list.d/kubernetes.list; then
+  install -d -m 0755 /etc/apt/sources.list.d
+  printf 'deb [signed-by=%s] %s/ /\n' "$kube_keyring" "$KUBE_REPO" \
+    > /etc/apt/sources.list.d/kubernetes.list
+  kube_apt_update=1
+fi
+if [ "$kube_apt_update" = 1 ]; then apt-get update; fi
 
 # --- kubeadm, kubelet, kubectl pinned to the cluster's Kubernetes version -------------------
 # Installed once. A different version on a running host is an upgrade: kubeadm first, the
@@ -96,6 +149,161 @@ elif [ "$installed_kubeadm" != "$KUBE_PKG_VERSION" ]; then
     "kubeadm upgrade (the preview's runbook lists its steps)"
 fi
 systemctl is-enabled --quiet kubelet || systemctl enable kubelet
+"""
+
+# Every host: keys only, no root logins (docs/hosts.md, "SSH daemon"). sshd keeps the FIRST value
+# it reads for most keywords, and Ubuntu's sshd_config includes /etc/ssh/sshd_config.d/*.conf
+# (in name order) near its top: 10-gpu-cluster.conf is read before cloud-init's
+# 50-cloud-init.conf, which may turn password logins on, and before the rest of sshd_config, so
+# its values win. The stack itself logs in as cluster.sshUser with a key and uses sudo.
+SSHD_STEPS = r"""
+# --- SSH daemon: key logins only, never root -------------------------------------------------
+sshd_dropin=/etc/ssh/sshd_config.d/10-gpu-cluster.conf
+if [ ! -f "$sshd_dropin" ] || [ "$(cat "$sshd_dropin")" != "$SSHD_CONFIG" ]; then
+  # Staged, tested, then installed: sshd never reads an invalid file of ours.
+  if ! sshd -t; then
+    echo "sshd: its configuration is invalid before any change (sshd -t above);" \
+      "fix it by hand, then rerun" >&2
+    exit 1
+  fi
+  mkdir -p /etc/ssh/sshd_config.d
+  sshd_staged="$(mktemp /etc/ssh/sshd_config.d/.10-gpu-cluster.XXXXXX)"  # not *.conf: not read
+  printf '%s\n' "$SSHD_CONFIG" > "$sshd_staged"
+  chmod 0644 "$sshd_staged"
+  if ! sshd -t -f "$sshd_staged"; then
+    rm -f "$sshd_staged"
+    echo "sshd: sshd -t rejects the rendered $sshd_dropin; nothing was changed" >&2
+    exit 1
+  fi
+  sshd_previous=""
+  if [ -f "$sshd_dropin" ]; then
+    sshd_previous="$(mktemp /etc/ssh/.10-gpu-cluster.previous.XXXXXX)"
+    cp -p "$sshd_dropin" "$sshd_previous"
+  fi
+  mv -f "$sshd_staged" "$sshd_dropin"
+  if ! sshd -t; then  # valid alone, not with the rest: put the previous state back
+    if [ -n "$sshd_previous" ]; then mv -f "$sshd_previous" "$sshd_dropin"
+    else rm -f "$sshd_dropin"; fi
+    echo "sshd: sshd -t rejects the configuration with the rendered $sshd_dropin;" \
+      "the previous state is back" >&2
+    exit 1
+  fi
+  rm -f "$sshd_previous"
+  mark sshd
+fi
+sshd_reload() {  # an inactive ssh.service (socket activation) reads the files when it starts
+  if systemctl is-active --quiet ssh; then systemctl reload ssh; fi
+}
+settle sshd sshd_reload
+# What sshd really uses: a value read before ours (a file sorting before 10-, or sshd_config
+# setting it above its Include) would win.
+sshd_effective="$(sshd -T)"
+while read -r key want; do
+  case "$key" in ''|'#'*) continue ;; esac
+  have="$(awk -v k="${key,,}" '$1 == k { print $2; exit }' <<<"$sshd_effective")"
+  if [ "$have" != "${want,,}" ]; then
+    echo "sshd: $key is ${have:-unset} in effect, not $want: a setting read before" \
+      "$sshd_dropin wins (sshd uses the first value it reads)" >&2
+    echo "  fix: remove it (grep -ri '^ *$key' /etc/ssh/sshd_config /etc/ssh/sshd_config.d)," \
+      "or make sshd_config include sshd_config.d/*.conf before it" >&2
+    exit 1
+  fi
+done <<<"$SSHD_CONFIG"
+"""
+
+# The host firewall (docs/hosts.md, "Host firewall"): an nftables table of its own, `inet
+# gpu_cluster`, loaded at boot by gpu-cluster-firewall.service before the network comes up. Only
+# the management interface(s) are filtered; loopback, the InfiniBand rails (IPoIB) and Calico's
+# interfaces (cali*, vxlan.calico) are left alone: pods are governed by NetworkPolicies, and
+# filtering the CNI's interfaces would break it. The file is checked (`nft -c -f`) before it is
+# installed; `nft -f` applies it as one transaction (add, delete and re-create the table), which
+# touches no other table (kube-proxy's, Calico's).
+FIREWALL_FILE = "/etc/nftables.d/gpu-cluster.nft"
+FIREWALL_UNIT_NAME = "gpu-cluster-firewall"
+FIREWALL_IFACES_PLACEHOLDER = "@MANAGEMENT_IFACES@"
+FIREWALL_STEPS = r"""
+# --- host firewall: an allowlist on the management interface ---------------------------------
+fw_rules=/etc/nftables.d/gpu-cluster.nft
+fw_unit=/etc/systemd/system/gpu-cluster-firewall.service
+if [ "$HOST_FIREWALL" = on ]; then
+  dpkg -s nftables >/dev/null 2>&1 || apt-get install -y nftables
+  # The management interface: whichever holds this host's management address (a bond or a VLAN
+  # interface included), and the interface kube-vip announces the VIP on, when configured.
+  fw_ifaces=" "
+  for ifc in $(ip -o -4 addr show to "$MANAGEMENT_IP/32" | awk '{ print $2 }') \
+      $FIREWALL_EXTRA_IFACES; do
+    ifc="${ifc%%@*}"
+    if [[ $fw_ifaces != *" $ifc "* ]]; then fw_ifaces+="$ifc "; fi
+  done
+  if [ -z "${fw_ifaces// /}" ]; then
+    echo "firewall: no interface holds this host's management address $MANAGEMENT_IP" \
+      "(ip -o -4 addr); nothing was changed" >&2
+    echo "  fix: the inventory's managementIp must be the address the stack reaches it on" >&2
+    exit 1
+  fi
+  # Never lock out the stack: SSH is allowed from the management network only, so when every
+  # SSH client of this host comes from elsewhere, the next `pulumi up` could not log in.
+  fw_ip4() {
+    local IFS=. a b c d
+    read -r a b c d <<<"$1"
+    echo $(( (a << 24) | (b << 16) | (c << 8) | d ))
+  }
+  fw_in_net() {  # address cidr
+    local bits=${2#*/} mask
+    mask=$(( bits == 0 ? 0 : (0xffffffff << (32 - bits)) & 0xffffffff ))
+    (( ($(fw_ip4 "$1") & mask) == ($(fw_ip4 "${2%/*}") & mask) ))
+  }
+  fw_peers="" fw_allowed=0
+  if command -v ss >/dev/null 2>&1; then
+    while read -r _ _ _ peer _; do
+      peer="${peer%:*}"; peer="${peer#[}"; peer="${peer%]}"; peer="${peer#::ffff:}"
+      [[ $peer =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || continue
+      fw_peers+=" $peer"
+      for net in $SSH_CIDRS; do
+        if fw_in_net "$peer" "$net"; then fw_allowed=1; fi
+      done
+    done < <(ss -Htn state established '( sport = :22 )')
+  fi
+  if [ -n "$fw_peers" ] && [ "$fw_allowed" = 0 ]; then
+    echo "firewall: this host's SSH clients ($fw_peers ) are outside network.managementCidr" \
+      "and network.hostFirewall.adminCidrs ($SSH_CIDRS), the only sources the firewall lets" \
+      "SSH in from; nothing was changed" >&2
+    echo "  fix: run pulumi from the management network, or add its network to adminCidrs" >&2
+    exit 1
+  fi
+  fw_list=""
+  for ifc in $fw_ifaces; do fw_list="${fw_list:+$fw_list, }\"$ifc\""; done
+  fw_ruleset="${FIREWALL_RULES//@MANAGEMENT_IFACES@/$fw_list}"
+  if [ ! -f "$fw_rules" ] || [ "$(cat "$fw_rules")" != "$fw_ruleset" ]; then
+    mkdir -p /etc/nftables.d
+    fw_staged="$(mktemp /etc/nftables.d/.gpu-cluster.XXXXXX)"
+    printf '%s\n' "$fw_ruleset" > "$fw_staged"
+    if ! nft -c -f "$fw_staged"; then
+      rm -f "$fw_staged"
+      echo "firewall: nft -c rejects the rendered ruleset; nothing was changed" >&2
+      exit 1
+    fi
+    chmod 0644 "$fw_staged"
+    mv -f "$fw_staged" "$fw_rules"
+    mark firewall
+  fi
+  mkdir -p /etc/systemd/system
+  if write_if_changed "$fw_unit" "$FIREWALL_UNIT"; then mark firewall-unit; fi
+  settle firewall-unit systemctl daemon-reload
+  systemctl is-enabled --quiet gpu-cluster-firewall || systemctl enable gpu-cluster-firewall
+  nft list table inet gpu_cluster >/dev/null 2>&1 || mark firewall  # flushed by hand: reload
+  settle firewall nft -f "$fw_rules"
+else
+  # HOST_FIREWALL=off: the stack's table, unit and file go; no other table is touched.
+  if systemctl is-enabled --quiet gpu-cluster-firewall; then
+    systemctl disable gpu-cluster-firewall
+  fi
+  if nft list table inet gpu_cluster >/dev/null 2>&1; then nft delete table inet gpu_cluster; fi
+  if [ -e "$fw_rules" ] || [ -e "$fw_unit" ]; then
+    rm -f "$fw_rules" "$fw_unit"
+    systemctl daemon-reload
+  fi
+fi
 """
 
 GPU_STEPS = r"""
@@ -496,8 +704,34 @@ def kube_pkg_version(version: str) -> str:
     return f"{version}-1.1"
 
 
+# The OpenPGP key that signs the pkgs.k8s.io repositories, the same key for every
+# core:/stable:/v1.XX/deb/ minor: "isv:kubernetes OBS Project <isv:kubernetes@build.opensuse.org>",
+# rsa2048, created 2022-08-25. Its fingerprint as `gpg` prints it for .../deb/Release.key in
+# kubernetes/kubernetes#128609 and kubernetes/release#3818 (the project extends this key's
+# expiry in place, fingerprint unchanged; kubernetes/website#49049 gives 2026-12-29 as the
+# current expiry). A new key is a reviewed change of this constant.
+KUBE_APT_KEY_FINGERPRINT = "DE15B14486CD377B9E876E1A234654DA9A296436"
+
+# The kernel settings the kubelet sets at start-up or, with protectKernelDefaults: true, refuses
+# to start without: setupKernelTunables in kubernetes pkg/kubelet/cm/container_manager_linux.go,
+# values from k8s.io/component-helpers/node/util/sysctl (the names in the comments are its own).
+# Every Kubernetes host gets them in /etc/sysctl.d, so they hold from boot.
+VM_OVERCOMMIT_MEMORY = ("vm.overcommit_memory", 1)  # VMOvercommitMemoryAlways
+VM_PANIC_ON_OOM = ("vm.panic_on_oom", 0)  # VMPanicOnOOMInvokeOOMKiller: the OOM killer, no panic
+KERNEL_PANIC = ("kernel.panic", 10)  # KernelPanicRebootTimeout: reboot 10 s after a panic
+KERNEL_PANIC_ON_OOPS = ("kernel.panic_on_oops", 1)  # KernelPanicOnOopsAlways: an oops panics
+KERNEL_KEYS_ROOT_MAXKEYS = ("kernel.keys.root_maxkeys", 1_000_000)  # RootMaxKeysSetting
+# RootMaxBytesSetting: 25 bytes for each of the RootMaxKeysSetting keys.
+KERNEL_KEYS_ROOT_MAXBYTES = ("kernel.keys.root_maxbytes", 25_000_000)
+KUBELET_SYSCTLS: dict[str, int] = dict((
+    VM_OVERCOMMIT_MEMORY, VM_PANIC_ON_OOM, KERNEL_PANIC, KERNEL_PANIC_ON_OOPS,
+    KERNEL_KEYS_ROOT_MAXKEYS, KERNEL_KEYS_ROOT_MAXBYTES,
+))
+
+
 def _common_env(cluster: Cluster) -> str:
     modules = "overlay br_netfilter"
+    kubelet = "\n".join(f"{key} = {value}" for key, value in KUBELET_SYSCTLS.items())
     sysctls = "\n".join(
         [
             "net.bridge.bridge-nf-call-iptables = 1",
@@ -505,14 +739,213 @@ def _common_env(cluster: Cluster) -> str:
             "net.ipv4.ip_forward = 1",
             "vm.max_map_count = 1048576",
             "fs.inotify.max_user_instances = 8192",
+            kubelet,
         ]
     )
     minor = ".".join(cluster.kubernetes.version.split(".")[:2])
     # Not dedent(): the multi-line SYSCTLS value would leave the lines indented.
     return (f'MODULES="{modules}"\n'
             f'SYSCTLS="{sysctls}"\n'
+            f'KUBELET_SYSCTLS="{kubelet}"\n'
             f'KUBE_PKG_VERSION="{kube_pkg_version(cluster.kubernetes.version)}"\n'
-            f'KUBE_REPO="https://pkgs.k8s.io/core:/stable:/v{minor}/deb"\n')
+            f'KUBE_REPO="https://pkgs.k8s.io/core:/stable:/v{minor}/deb"\n'
+            f'KUBE_KEY_FPR="{KUBE_APT_KEY_FINGERPRINT}"\n')
+
+
+# The sshd drop-in every host gets (SSHD_STEPS): what the stack needs to log in (a key, as
+# cluster.sshUser, which the config never lets be root) and nothing a password could open.
+SSHD_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("PasswordAuthentication", "no"),
+    ("KbdInteractiveAuthentication", "no"),  # PAM's password and one-time-code prompts
+    ("PermitRootLogin", "no"),  # the stack logs in as cluster.sshUser and uses sudo
+    ("PubkeyAuthentication", "yes"),  # how the stack logs in
+)
+
+
+def sshd_config(stack_key: str) -> str:
+    """/etc/ssh/sshd_config.d/10-gpu-cluster.conf."""
+    return "\n".join([f"# Rendered by gpu-cluster from {stack_key}; do not edit (docs/hosts.md).",
+                      *(f"{key} {value}" for key, value in SSHD_SETTINGS)])
+
+
+# --- host firewall: the allowlist, from what this stack runs -------------------------------------
+# Port lists relied on:
+# - Kubernetes "Ports and Protocols" (kubernetes.io/docs/reference/networking/ports-and-protocols,
+#   k/website content/en/docs/reference/networking/ports-and-protocols.md): API server 6443
+#   (here control_plane_endpoint.port, kubeadm's bindPort) used by all; etcd 2379-2380 used by
+#   kube-apiserver and etcd; kubelet 10250 used by self and the control plane; scheduler 10259
+#   and controller manager 10257 used by self only (kubeadm binds them to 127.0.0.1); NodePort
+#   30000-32767: no NodePort Service here (ingress is a MetalLB LoadBalancer, whose traffic
+#   kube-proxy DNATs to the pods before the input hook).
+# - Calico "System requirements, Network requirements" (docs.tigera.io/calico/latest/
+#   getting-started/kubernetes/requirements): BGP TCP 179, IP-in-IP protocol 4, VXLAN UDP 4789,
+#   Typha TCP 5473 on Typha hosts (the Tigera operator always runs Typha). Which of them this
+#   stack uses is read from its own Calico values (components/planning/platform.py).
+# - MetalLB "Requirements" (metallb.io): in L2 mode TCP and UDP 7946 between the speakers
+#   (memberlist). L2 announcements are ARP, which nftables' inet family never sees; so is
+#   kube-vip's VIP (ARP mode): only the API server port behind it is opened.
+# - prometheus-community/helm-charts charts/prometheus-node-exporter/values.yaml: hostNetwork
+#   true, port 9100, scraped by Prometheus, which runs on the control planes
+#   (release_placement). The GPU Operator's DCGM exporter (gpu-operator values.yaml
+#   dcgmExporter.hostNetwork: false) is scraped on its pod address, not the host's.
+# - Lustre: LNet runs over o2ib on the InfiniBand rails (storage.lnetNetwork must be o2ib*), not
+#   over TCP 988 on the management network; the rails are not filtered.
+# Sources: "management_net" is network.managementCidr (every node, the pulumi runner);
+# "control_planes" the control-plane hosts and the kube-vip VIP: pods reach other hosts
+# masqueraded to their node's management address (Calico natOutgoing), so a pod's scrape or
+# API call arrives from a node address.
+@dataclass(frozen=True)
+class FirewallRule:
+    """Inbound `proto` traffic to `ports` from the nft set `sources`, for `purpose`."""
+
+    proto: Literal["tcp", "udp", "ipip"]
+    ports: str  # "22", "2379-2380"; empty for ipip
+    sources: Literal["management_net", "control_planes", "admin_nets"]
+    purpose: str
+
+
+def _cni_rules(cluster: Cluster) -> list[FirewallRule]:
+    """What the stack's Calico needs between nodes, read from the values it installs with."""
+    from components.planning import platform  # imported here: platform imports this module
+
+    calico = next(r for r in platform.helm_releases(cluster) if r.name == "calico")
+    network = calico.values["installation"]["calicoNetwork"]
+    encapsulations = {pool.get("encapsulation", "IPIP") for pool in network.get("ipPools", ())}
+    rules = [FirewallRule("tcp", "5473", "management_net", "Calico Typha: every calico-node")]
+    if encapsulations & {"VXLAN", "VXLANCrossSubnet"}:
+        rules.append(FirewallRule("udp", "4789", "management_net", "Calico VXLAN between nodes"))
+    if encapsulations & {"IPIP", "IPIPCrossSubnet"}:
+        rules.append(FirewallRule("ipip", "", "management_net", "Calico IP-in-IP between nodes"))
+    if network.get("bgp", "Enabled") != "Disabled":
+        rules.append(FirewallRule("tcp", "179", "management_net", "Calico BGP between nodes"))
+    return rules
+
+
+def firewall_allowlist(cluster: Cluster, role: str) -> tuple[FirewallRule, ...]:
+    """Inbound traffic the host's management interface admits, besides replies (established
+    connections), DHCP replies and ICMP; an empty tuple: no firewall for this role."""
+    admins = bool(cluster.network.host_firewall.admin_cidrs)
+    ssh = [FirewallRule("tcp", "22", "management_net", "SSH: the stack and operators")]
+    if admins:
+        ssh.append(FirewallRule("tcp", "22", "admin_nets", "SSH: network.hostFirewall.adminCidrs"))
+    if role == "sm-host":
+        return tuple(ssh)  # opensm speaks InfiniBand only
+    if role not in ("control-plane", "gpu-worker"):
+        return ()  # login hosts run what their users need: not known here
+    rules = list(ssh)
+    if role == "control-plane":
+        port = str(cluster.kubernetes.control_plane_endpoint.port)
+        rules += [FirewallRule("tcp", port, "management_net",
+                               "Kubernetes API server and its VIP: kubelets, pods, pulumi"),
+                  FirewallRule("tcp", "2379-2380", "control_planes", "etcd: the control planes")]
+        if admins:
+            rules.append(FirewallRule("tcp", port, "admin_nets",
+                                      "Kubernetes API server: network.hostFirewall.adminCidrs"))
+    rules += [
+        FirewallRule("tcp", "10250", "control_planes",
+                     "kubelet API: the API servers and Prometheus"),
+        FirewallRule("tcp", "9100", "control_planes", "node-exporter: Prometheus"),
+        *_cni_rules(cluster),
+        FirewallRule("tcp", "7946", "management_net", "MetalLB speakers (memberlist)"),
+        FirewallRule("udp", "7946", "management_net", "MetalLB speakers (memberlist)"),
+    ]
+    return tuple(rules)
+
+
+def firewall_ruleset(cluster: Cluster, role: str, hostname: str, stack_key: str) -> str:
+    """/etc/nftables.d/gpu-cluster.nft, but for the management interfaces, which the host
+    script puts in place of FIREWALL_IFACES_PLACEHOLDER (as a comma-separated list of quoted
+    names) once it has found them."""
+    rules = firewall_allowlist(cluster, role)
+    planes = {ip_address(h.management_ip) for h in cluster.control_plane}
+    if (vip := cluster.kubernetes.control_plane_endpoint.vip) is not None:
+        planes.add(ip_address(vip))
+    defines = [f"define management_ifaces = {{ {FIREWALL_IFACES_PLACEHOLDER} }}",
+               f"define management_net = {cluster.network.management_cidr}"]
+    if any(r.sources == "control_planes" for r in rules):
+        defines.append(f"define control_planes = {{ {', '.join(map(str, sorted(planes)))} }}")
+    if any(r.sources == "admin_nets" for r in rules):
+        admin = ", ".join(map(str, cluster.network.host_firewall.admin_cidrs))
+        defines.append(f"define admin_nets = {{ {admin} }}")
+    allow = []
+    for r in rules:
+        match = "ip protocol ipip" if r.proto == "ipip" else f"{r.proto} dport {r.ports}"
+        allow.append(f'    ip saddr ${r.sources} {match} accept comment "{r.purpose}"')
+    text = "\n".join([
+        f"# Host firewall of {hostname} ({role}): rendered by gpu-cluster from {stack_key};",
+        "# do not edit (docs/hosts.md, Host firewall). Port lists: Kubernetes Ports and Protocols,",
+        "# Calico network requirements, MetalLB requirements.",
+        "# Inbound traffic on the management interface is dropped unless allowed below; other",
+        "# interfaces (loopback, InfiniBand rails, cali*, vxlan.calico) are not filtered here.",
+        *defines,
+        "",
+        "table inet gpu_cluster",
+        "delete table inet gpu_cluster",
+        "table inet gpu_cluster {",
+        "  chain input {",
+        "    type filter hook input priority filter; policy accept;",
+        "    iifname $management_ifaces jump management",
+        "  }",
+        "",
+        "  chain management {",
+        "    ct state established,related accept",
+        "    ct state invalid drop",
+        "    icmp type { echo-request, destination-unreachable, time-exceeded,"
+        " parameter-problem } accept",
+        "    icmpv6 type { destination-unreachable, packet-too-big, time-exceeded,"
+        " parameter-problem, echo-request, nd-router-advert, nd-neighbor-solicit,"
+        " nd-neighbor-advert, mld-listener-query } accept",
+        '    udp sport 67 udp dport 68 accept comment "DHCP replies"',
+        '    udp sport 547 udp dport 546 accept comment "DHCPv6 replies"',
+        *allow,
+        '    limit rate 10/minute burst 5 packets log prefix "gpu-cluster drop: " level info',
+        "    drop",
+        "  }",
+        "}",
+    ])
+    assert "'" not in text  # a single-quoted shell value in the script
+    return text
+
+
+FIREWALL_UNIT = f"""\
+[Unit]
+Description=gpu-cluster host firewall (nftables table inet gpu_cluster)
+Documentation=file:{FIREWALL_FILE}
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/nft -f {FIREWALL_FILE}
+ExecReload=/usr/sbin/nft -f {FIREWALL_FILE}
+
+[Install]
+WantedBy=sysinit.target"""
+
+
+def _hardening_env(cluster: Cluster, role: str, hostname: str, address: object,
+                   stack_key: str) -> str:
+    """What SSHD_STEPS and FIREWALL_STEPS read, as unindented (single-quoted) values."""
+    sshd = sshd_config(stack_key)
+    assert "'" not in sshd
+    env = f"SSHD_CONFIG='{sshd}'\n"
+    if not firewall_allowlist(cluster, role):
+        return env
+    ep = cluster.kubernetes.control_plane_endpoint
+    extra = ep.interface if role == "control-plane" and ep.vip and ep.interface else ""
+    # network.hostFirewall.enabled; "off" removes the stack's table, unit and file.
+    state = "on" if cluster.network.host_firewall.enabled else "off"
+    ssh_cidrs = (cluster.network.management_cidr, *cluster.network.host_firewall.admin_cidrs)
+    return env + (f'HOST_FIREWALL="{state}"\n'
+                  f'MANAGEMENT_IP="{address}"\n'
+                  f'SSH_CIDRS="{" ".join(map(str, ssh_cidrs))}"\n'
+                  f'FIREWALL_EXTRA_IFACES="{extra}"\n'
+                  "# shellcheck disable=SC2016  # $names in it are nft's own variables\n"
+                  f"FIREWALL_RULES='{firewall_ruleset(cluster, role, hostname, stack_key)}'\n"
+                  f"FIREWALL_UNIT='{FIREWALL_UNIT}'\n")
 
 
 def _lnet_env(cluster: Cluster, node: GpuNode) -> str:
@@ -550,7 +983,8 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         LNET_IFACES="{' '.join(r.netdev for r in node.rails)}"
         LUSTRE_CLIENT_VERSION="{cluster.storage.lustre_client.version}"
         """
-    ) + f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n" + _lnet_env(cluster, node)
+    ) + f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n" + _lnet_env(cluster, node) + (
+        _hardening_env(cluster, "gpu-worker", node.hostname, node.management_ip, stack_key))
     header = HEADER.format(
         title="Host preparation (GPU node)",
         hostname=node.hostname,
@@ -560,8 +994,8 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
     # drive selection runs first: it only reads, and stops the script before any change.
     scratch = node.template.data_drives is not None
-    steps = (BOARD_CHECK + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + GPU_STEPS
-             + (SCRATCH_STEPS if scratch else ""))
+    steps = (BOARD_CHECK + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + SSHD_STEPS
+             + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
 
 
@@ -573,22 +1007,25 @@ def dhcp_hosts(nodes: Iterable[GpuNode]) -> str:
 
 
 def prepare_host(cluster: Cluster, host: Host, stack_key: str) -> str:
-    """Control-plane and SM hosts: Kubernetes prerequisites or the subnet-manager packages."""
+    """Control-plane and SM hosts: Kubernetes prerequisites or the subnet-manager packages;
+    every host: the sshd drop-in, and the firewall where the stack knows what the host runs."""
     header = HEADER.format(
         title=f"Host preparation ({host.role})",
         hostname=host.hostname,
         address=host.management_ip,
         stack_key=stack_key,
     )
+    env = _hardening_env(cluster, host.role, host.hostname, host.management_ip, stack_key)
+    done = 'log "host preparation complete"\n'
     if host.role == "control-plane":
-        return header + _common_env(cluster) + KUBE_PREREQS + 'log "host preparation complete"\n'
+        return (header + _common_env(cluster) + env + KUBE_PREREQS + SSHD_STEPS + FIREWALL_STEPS
+                + done)
     if host.role == "sm-host":
-        return header + dedent(
+        return header + env + CHANGE_TRACKING + dedent(
             """\
             for pkg in opensm infiniband-diags; do
               dpkg -s "$pkg" >/dev/null 2>&1 || apt-get install -y "$pkg"
             done
-            log "host preparation complete"
             """
-        )
-    return header + 'log "nothing to prepare"\n'
+        ) + SSHD_STEPS + FIREWALL_STEPS + done
+    return header + env + CHANGE_TRACKING + SSHD_STEPS + done

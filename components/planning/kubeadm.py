@@ -11,6 +11,7 @@ keeps secret — not from the environment, which a stock sshd refuses (`AcceptEn
 from __future__ import annotations
 
 from textwrap import dedent
+from typing import Any
 
 import yaml
 
@@ -20,21 +21,35 @@ from components.planning.host_scripts import CHANGE_TRACKING
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 LABEL_PREFIX = "gpucluster.io"
+# Node labels that place work (role, SU, rack, the rails' leaves) live under the prefix the
+# NodeRestriction admission plugin keeps kubelets from setting or changing: a node whose
+# credentials leak cannot claim the GPU-worker role or a seat in another SU's gang. The stack
+# sets them through the API (`<host>-placement`).
+NODE_LABEL_PREFIX = "node-restriction.kubernetes.io"
 
-ENCRYPTION_CONFIG = {
-    "apiVersion": "apiserver.config.k8s.io/v1",
-    "kind": "EncryptionConfiguration",
-    "resources": [
-        {
-            "resources": ["secrets"],
-            # The key itself is generated on the control-plane host and never leaves it.
-            "providers": [
-                {"secretbox": {"keys": [{"name": "key1", "secret": "${ENCRYPTION_KEY}"}]}},
-                {"identity": {}},
-            ],
-        }
-    ],
-}
+
+def node_label(name: str) -> str:
+    return f"{NODE_LABEL_PREFIX}/gpucluster-{name}"
+
+
+ROLE_LABEL = node_label("role")
+SU_LABEL = node_label("su")
+
+def encryption_configuration(cluster: Cluster) -> dict:
+    """Secrets encrypted by the first provider: the KMS v2 plugin when `kubernetes.kms` is set,
+    else a secretbox key generated on the first control plane (it never leaves the control
+    planes). The secretbox key stays second with a KMS: Secrets written before still read."""
+    providers: list[dict[str, Any]] = [
+        {"secretbox": {"keys": [{"name": "key1", "secret": "${ENCRYPTION_KEY}"}]}},
+        {"identity": {}},
+    ]
+    kms = cluster.kubernetes.kms
+    if kms is not None:
+        providers.insert(0, {"kms": {"apiVersion": "v2", "name": kms.name,
+                                     "endpoint": kms.endpoint, "timeout": kms.timeout}})
+    return {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
+            "resources": [{"resources": ["secrets"], "providers": providers}]}
+
 
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -53,6 +68,21 @@ AUDIT_POLICY = {
 
 
 ADMISSION_CONFIG = "/etc/kubernetes/admission-config.yaml"
+AUTHENTICATION_CONFIG = "/etc/kubernetes/authentication-config.yaml"
+# What the API server answers without credentials: health checks (the kubelet's probes of the
+# static pod, load balancers) and the cluster-info ConfigMap `kubeadm join` reads before it
+# has one (token discovery, checked against the CA pin). Everything else gets 401.
+ANONYMOUS_PATHS = ("/livez", "/readyz", "/healthz",
+                   "/api/v1/namespaces/kube-public/configmaps/cluster-info")
+
+# Identities the cluster's own tools use, each a client certificate from the cluster CA with
+# only the rights it needs (RBAC below), so the audit log names who did what.
+STACK_USER = "gpu-cluster:stack"  # `pulumi up`'s Kubernetes provider: cluster-admin
+KUBE_VIP_USER = "gpu-cluster:kube-vip"  # the control-plane VIP's leader election
+KUBE_VIP_KUBECONFIG = "/etc/kubernetes/kube-vip.conf"
+# The client configuration `kubeadm kubeconfig user` signs identities with (endpoint, name).
+IDENTITY_CONFIG = "/etc/kubernetes/gpu-cluster-identity.yaml"
+IDENTITY_VALIDITY = "8760h"  # kubeadm's own certificates' year; renewal: docs/security.md
 
 
 def privileged_namespaces(cluster: Cluster) -> list[str]:
@@ -91,6 +121,75 @@ def admission_configuration_yaml(cluster: Cluster) -> str:
     return _yaml(admission_configuration(cluster))
 
 
+def authentication_configuration(cluster: Cluster) -> dict:
+    """The API server's structured authentication (apiserver.config.k8s.io/v1, GA in 1.34):
+    anonymous requests only on ANONYMOUS_PATHS, and the people's OIDC issuer when one is set
+    (kubernetes.io/docs/reference/access-authn-authz/authentication/
+    #using-authentication-configuration)."""
+    doc: dict[str, Any] = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AuthenticationConfiguration",
+        "anonymous": {"enabled": True, "conditions": [{"path": p} for p in ANONYMOUS_PATHS]},
+    }
+    oidc = cluster.kubernetes.access.oidc
+    if oidc is not None:
+        issuer: dict[str, Any] = {"url": oidc.issuer_url, "audiences": [oidc.client_id]}
+        if oidc.certificate_authority:
+            issuer["certificateAuthority"] = oidc.certificate_authority
+        doc["jwt"] = [{"issuer": issuer, "claimMappings": {
+            "username": {"claim": oidc.username_claim, "prefix": oidc.username_prefix},
+            "groups": {"claim": oidc.groups_claim, "prefix": oidc.groups_prefix}}}]
+    return doc
+
+
+def authentication_configuration_yaml(cluster: Cluster) -> str:
+    return _yaml(authentication_configuration(cluster))
+
+
+def identity_configuration(cluster: Cluster) -> dict:
+    """What `kubeadm kubeconfig user` needs to write a kubeconfig: the cluster's name and
+    endpoint (the CA comes from /etc/kubernetes/pki on the control plane)."""
+    return {"apiVersion": KUBEADM_API, "kind": "ClusterConfiguration",
+            "clusterName": cluster.name, "controlPlaneEndpoint": endpoint(cluster),
+            "kubernetesVersion": f"v{cluster.kubernetes.version}"}
+
+
+def kube_vip_rbac() -> list[dict]:
+    """kube-vip in control-plane mode (services off) takes its VIP by a Lease in kube-system
+    and reads Nodes; nothing else (kube-vip.io's manifest adds Services and Endpoints for its
+    services mode)."""
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBE_VIP_USER}]
+    name = KUBE_VIP_USER
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": name, "namespace": "kube-system"},
+         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "verbs": ["get", "list", "watch", "create", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": "kube-system"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": name},
+         "subjects": subject},
+    ]
+
+
+def stack_rbac() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": STACK_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": STACK_USER}]}
+
+
 def endpoint(cluster: Cluster) -> str:
     ep = cluster.kubernetes.control_plane_endpoint
     address = ep.vip or cluster.control_plane[0].management_ip
@@ -100,9 +199,12 @@ def endpoint(cluster: Cluster) -> str:
 def cluster_configuration(cluster: Cluster) -> dict:
     k = cluster.kubernetes
     extra_args = [{"name": "profiling", "value": "false"},
-                  {"name": "admission-control-config-file", "value": ADMISSION_CONFIG}]
+                  {"name": "admission-control-config-file", "value": ADMISSION_CONFIG},
+                  {"name": "authentication-config", "value": AUTHENTICATION_CONFIG}]
     volumes = [{"name": "admission-config", "hostPath": ADMISSION_CONFIG,
-                "mountPath": ADMISSION_CONFIG, "readOnly": True, "pathType": "File"}]
+                "mountPath": ADMISSION_CONFIG, "readOnly": True, "pathType": "File"},
+               {"name": "authentication-config", "hostPath": AUTHENTICATION_CONFIG,
+                "mountPath": AUTHENTICATION_CONFIG, "readOnly": True, "pathType": "File"}]
     if k.audit_logging:
         extra_args += [
             {"name": "audit-policy-file", "value": "/etc/kubernetes/audit-policy.yaml"},
@@ -125,6 +227,10 @@ def cluster_configuration(cluster: Cluster) -> dict:
                         "hostPath": "/etc/kubernetes/encryption-config.yaml",
                         "mountPath": "/etc/kubernetes/encryption-config.yaml",
                         "readOnly": True, "pathType": "File"})
+        if k.kms is not None:  # the plugin's socket, where the API server dials it
+            socket_dir = k.kms.endpoint.removeprefix("unix://").rsplit("/", 1)[0]
+            volumes.append({"name": "kms-plugin", "hostPath": socket_dir,
+                            "mountPath": socket_dir, "pathType": "DirectoryOrCreate"})
     return {
         "apiVersion": KUBEADM_API,
         "kind": "ClusterConfiguration",
@@ -171,6 +277,9 @@ def kubelet_configuration(cluster: Cluster) -> dict:
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
         "authorization": {"mode": "Webhook"},
         "readOnlyPort": 0,
+        # Refuse to start on kernel settings other than the kubelet's own instead of
+        # changing them: host preparation sets them first (host_scripts' kubelet sysctls).
+        "protectKernelDefaults": True,
     }
 
 
@@ -178,12 +287,12 @@ def node_labels(cluster: Cluster, node: GpuNode, leaves: dict[int, str] | None =
     """Labels a GPU node carries: GPU product and its place in the fabric."""
     labels = {
         "nvidia.com/gpu.product": node.gpu.product_label,
-        f"{LABEL_PREFIX}/su": f"su{node.su}",
-        f"{LABEL_PREFIX}/rack": node.rack,
-        f"{LABEL_PREFIX}/role": "gpu-worker",
+        SU_LABEL: f"su{node.su}",
+        node_label("rack"): node.rack,
+        ROLE_LABEL: "gpu-worker",
     }
     for rail, leaf in sorted((leaves or {}).items()):
-        labels[f"{LABEL_PREFIX}/rail{rail}-leaf"] = leaf
+        labels[node_label(f"rail{rail}-leaf")] = leaf
     return labels
 
 
@@ -232,8 +341,10 @@ def _docs(*docs: dict) -> str:
     return "---\n".join(_yaml(d) for d in docs)
 
 
-def kube_vip_manifest(cluster: Cluster, kubeconfig: str = "/etc/kubernetes/admin.conf") -> dict:
-    """kube-vip as a static pod in ARP mode, holding the control-plane VIP by leader election."""
+def kube_vip_manifest(cluster: Cluster, kubeconfig: str = KUBE_VIP_KUBECONFIG) -> dict:
+    """kube-vip as a static pod in ARP mode, holding the control-plane VIP by leader election,
+    with its own identity (KUBE_VIP_USER: a Lease and Nodes, nothing else). Mounted where
+    kube-vip looks by default (/etc/kubernetes/admin.conf inside the container)."""
     ep = cluster.kubernetes.control_plane_endpoint
     env = {
         "vip_arp": "true",
@@ -284,13 +395,13 @@ def init_script(cluster: Cluster, host: Host) -> str:
                    kubelet_configuration(cluster))
     vip = ""
     if _ha(cluster):
-        # Until init has created the RBAC for admin.conf, kube-vip must use super-admin.conf
-        # (kubeadm 1.29+); it is switched to admin.conf right after init.
+        # Until init has created any RBAC, kube-vip must use super-admin.conf (kubeadm 1.29+);
+        # `<host>-identities` switches it to its own identity right after and removes
+        # super-admin.conf from the host.
         manifest = _yaml(kube_vip_manifest(cluster, "/etc/kubernetes/super-admin.conf"))
         vip = (f"install -d -m 0755 /etc/kubernetes/manifests\n"
                f"cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'\n{manifest}KUBEVIP\n")
-    after = ("sed -i 's|/etc/kubernetes/super-admin.conf|/etc/kubernetes/admin.conf|' "
-             "/etc/kubernetes/manifests/kube-vip.yaml\n") if _ha(cluster) else ""
+    after = ""
     return dedent(
         """\
         #!/usr/bin/env bash
@@ -305,6 +416,8 @@ def init_script(cluster: Cluster, host: Host) -> str:
         {audit}AUDIT
         cat > {admission_path} <<'ADMISSION'
         {admission}ADMISSION
+        cat > {authentication_path} <<'AUTHENTICATION'
+        {authentication}AUTHENTICATION
         if [ ! -f /etc/kubernetes/encryption-config.yaml ]; then
           umask 077
           ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64)"
@@ -317,9 +430,10 @@ def init_script(cluster: Cluster, host: Host) -> str:
           --skip-certificate-key-print
         {after}"""
     ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY),
-             encryption=_yaml(ENCRYPTION_CONFIG), config=config,
+             encryption=_yaml(encryption_configuration(cluster)), config=config,
              admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
-             vip=vip, after=after)
+             authentication=authentication_configuration_yaml(cluster),
+             authentication_path=AUTHENTICATION_CONFIG, vip=vip, after=after)
 
 
 def kubelet_config_script(cluster: Cluster, host: Host) -> str:
@@ -407,17 +521,90 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
         {audit}AUDIT
         cat > {admission_path} <<'ADMISSION'
         {admission}ADMISSION
+        cat > {authentication_path} <<'AUTHENTICATION'
+        {authentication}AUTHENTICATION
         trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
         cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
         {config}KUBEADM
         kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
-        install -d -m 0755 /etc/kubernetes/manifests
+        {identity}install -d -m 0755 /etc/kubernetes/manifests
         cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'
         {manifest}KUBEVIP
         """
     ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY), config=config, manifest=manifest,
              admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
+             authentication=authentication_configuration_yaml(cluster),
+             authentication_path=AUTHENTICATION_CONFIG, identity=_kube_vip_identity(cluster),
              credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
+
+
+def _identity_config(cluster: Cluster) -> str:
+    """Bash: the configuration `kubeadm kubeconfig user` signs identities with, written only
+    when it differs."""
+    return (f"IDENTITY=\"$(cat <<'IDENTITY'\n{_yaml(identity_configuration(cluster))}"
+            "IDENTITY\n)\"\n"
+            f'if [ "$(cat {IDENTITY_CONFIG} 2>/dev/null)" != "$IDENTITY" ]; then\n'
+            f'  printf \'%s\\n\' "$IDENTITY" > {IDENTITY_CONFIG}\n'
+            "fi\n")
+
+
+def _kube_vip_identity(cluster: Cluster) -> str:
+    """Bash: the identity configuration and kube-vip's kubeconfig (kept when present)."""
+    return (_identity_config(cluster)
+            + f"if [ ! -s {KUBE_VIP_KUBECONFIG} ]; then\n"
+            f"  (umask 077; kubeadm kubeconfig user --config {IDENTITY_CONFIG} "
+            f"--client-name {KUBE_VIP_USER} --validity-period {IDENTITY_VALIDITY} "
+            f"> {KUBE_VIP_KUBECONFIG}.new)\n"
+            f"  mv {KUBE_VIP_KUBECONFIG}.new {KUBE_VIP_KUBECONFIG}\n"
+            "fi\n")
+
+
+def identities_script(cluster: Cluster, host: Host) -> str:
+    """On each control plane once it serves the API: the RBAC of the cluster's own
+    identities, kube-vip moved to its own, and super-admin.conf (system:masters, which no
+    RBAC can limit) off the host. Idempotent; a cluster built before runs it too."""
+    rbac = _docs(stack_rbac(), *(kube_vip_rbac() if _ha(cluster) else []))
+    vip = _identity_config(cluster)
+    if _ha(cluster):
+        vip = _kube_vip_identity(cluster) + dedent(
+            f"""\
+            # Only the hostPath: the mount inside the container stays kube-vip's default path.
+            manifest=/etc/kubernetes/manifests/kube-vip.yaml
+            old='^( *)path: /etc/kubernetes/(super-)?admin\\.conf$'
+            if grep -Eq "$old" "$manifest"; then
+              sed -i -E "s|$old|\\1path: {KUBE_VIP_KUBECONFIG}|" "$manifest"
+              echo "kube-vip on {host.hostname} now uses {KUBE_VIP_USER}"
+            fi
+            """)
+    return dedent(
+        """\
+        #!/usr/bin/env bash
+        # The cluster's own identities on {host} — rendered by gpu-cluster; do not edit.
+        set -euo pipefail
+        {tracking}install -d -m 0700 /etc/kubernetes
+        RBAC="$(cat <<'RBAC'
+        {rbac}RBAC
+        )"
+        if write_if_changed /etc/kubernetes/gpu-cluster-rbac.yaml "$RBAC"; then mark rbac; fi
+        settle rbac kubectl --kubeconfig /etc/kubernetes/admin.conf apply \\
+          -f /etc/kubernetes/gpu-cluster-rbac.yaml
+        """
+    ).format(host=host.hostname, rbac=rbac, tracking=CHANGE_TRACKING) + vip + dedent(
+        """\
+        # kubeadm writes it at init for its own bootstrap only; a break-glass credential is
+        # made when needed from the CA (docs/security.md, "People").
+        if [ -e /etc/kubernetes/super-admin.conf ]; then
+          shred -u /etc/kubernetes/super-admin.conf
+          echo "removed super-admin.conf from {host}"
+        fi
+        """).format(host=host.hostname)
+
+
+def stack_kubeconfig_command(cluster: Cluster) -> str:
+    """The command whose stdout is `pulumi up`'s kubeconfig: a client certificate for
+    STACK_USER, signed by the cluster CA on the first control plane."""
+    return (f"sudo kubeadm kubeconfig user --config {IDENTITY_CONFIG} --client-name {STACK_USER} "
+            f"--validity-period {IDENTITY_VALIDITY}")
 
 
 CERTIFICATE_KEY_COMMAND = (

@@ -15,9 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from components.config import Chart, Cluster
-from components.planning.compat import NETWORK_OPERATOR_RELEASES
+from components.planning.compat import (
+    NETWORK_OPERATOR_RELEASES,
+    TRAINING_OPERATOR_COMMITS,
+    training_operator_pin_fix,
+    training_operator_unpinned,
+)
 from components.planning.fabric.model import FabricPlan
-from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
+from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 from components.planning.release_placement import with_placement
 
 RDMA_NETWORK = "ib-rail0"  # the IPoIB attachment pods use for NCCL's bootstrap socket
@@ -28,7 +33,7 @@ PER_NODE_BLOCK = 64  # pod addresses per node on the RDMA network (8 GPU pods at
 INGRESS_POOL = "ingress"  # MetalLB IPAddressPool ingress-nginx's Service draws from
 CLUSTER_ISSUER = "cluster-ca"  # cert-manager ClusterIssuer Ingresses name for their TLS
 SELF_SIGNED_ISSUER = "selfsigned"
-GPU_NODE_TERM = {"matchExpressions": [{"key": f"{LABEL_PREFIX}/role", "operator": "In",
+GPU_NODE_TERM = {"matchExpressions": [{"key": ROLE_LABEL, "operator": "In",
                                        "values": ["gpu-worker"]}]}
 
 
@@ -600,7 +605,7 @@ def queues(cluster: Cluster) -> list[dict]:
 
 
 def su_hypernode(su: int) -> str:
-    """Tier-1 HyperNode of SU n; equals the node label gpucluster.io/su of its members."""
+    """Tier-1 HyperNode of SU n; equals the node label kubeadm.SU_LABEL of its members."""
     return f"su{su}"
 
 
@@ -665,8 +670,14 @@ def _hypernode(name: str, tier: int, tier_name: str, members: list[tuple[str, st
 def training_operator_kustomization(version: str) -> str:
     """platform/training-operator/kustomization.yaml: the upstream standalone overlay at the
     pinned release, plus --gang-scheduler-name=volcano so every PyTorchJob/MPIJob gets a
-    Volcano PodGroup (minMember = runPolicy.schedulingPolicy.minAvailable)."""
-    return TRAINING_OPERATOR_KUSTOMIZATION.format(version=version)
+    Volcano PodGroup (minMember = runPolicy.schedulingPolicy.minAvailable). The overlay is
+    fetched by the commit the release's tag points to (TRAINING_OPERATOR_COMMITS)."""
+    commit = TRAINING_OPERATOR_COMMITS.get(version)
+    if commit is None:
+        raise ValueError(f"platform.trainingOperator.version {version} "
+                         f"{training_operator_unpinned(version)}: "
+                         f"{training_operator_pin_fix(version)}")
+    return TRAINING_OPERATOR_KUSTOMIZATION.format(version=version, commit=commit)
 
 
 def check_training_operator_dir(text: str, version: str) -> None:
@@ -680,14 +691,16 @@ def check_training_operator_dir(text: str, version: str) -> None:
 
 TRAINING_OPERATOR_DIR = "platform/training-operator"
 TRAINING_OPERATOR_KUSTOMIZATION = """\
-# The Kubeflow Training Operator (PyTorchJob, MPIJob kubeflow.org/v1) from its release tag, with
+# The Kubeflow Training Operator (PyTorchJob, MPIJob kubeflow.org/v1) from its release, with
 # gang scheduling through Volcano: the operator creates a scheduling.volcano.sh PodGroup per job.
 # Rendered by components/planning/platform.py::training_operator_kustomization; a test keeps
-# the two equal, and the ref equal to platform.trainingOperator.version.
+# the two equal, and the ref the commit of the tag platform.trainingOperator.version names
+# (components/planning/compat.py::TRAINING_OPERATOR_COMMITS).
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={version}
+  # {version}: the commit its tag points to (a tag can be moved, a commit cannot).
+  - github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={commit}
 patches:
   - target:
       group: apps
@@ -720,3 +733,21 @@ patches:
 
 def gpu_toleration() -> dict:
     return {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
+
+
+def access_bindings(cluster: Cluster) -> list[dict]:
+    """People's access by group (kubernetes.access): cluster-admin and the built-in read-only
+    `view`. A group comes from the OIDC token (with its prefix) or from the organisation of a
+    short-lived client certificate (docs/security.md, "People")."""
+    access = cluster.kubernetes.access
+    roles = (("gpu-cluster:cluster-admins", "cluster-admin", access.cluster_admins),
+             ("gpu-cluster:viewers", "view", access.viewers))
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": role},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+                      for g in groups]}
+        for name, role, groups in roles if groups
+    ]

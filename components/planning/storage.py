@@ -7,7 +7,7 @@ dataset or a checkpoint. The component layer adds Pulumi `protect` to checkpoint
 from __future__ import annotations
 
 from components.config import Cluster, LustreFilesystem
-from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX
+from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 
 CSI_DRIVER = "lustre-csi.hpe.com"
 STORAGE_CLASS = "lustre-static"  # no provisioner: binds only the PVs rendered here
@@ -123,7 +123,7 @@ def csi_driver_objects(cluster: Cluster) -> list[dict]:
                  "metadata": {"labels": _PLUGIN_LABELS},
                  "spec": {
                      "priorityClassName": "system-node-critical",
-                     "nodeSelector": {f"{LABEL_PREFIX}/role": "gpu-worker"},
+                     "nodeSelector": {ROLE_LABEL: "gpu-worker"},
                      "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists",
                                       "effect": GPU_TAINT["effect"]}],
                      # A crashed driver leaves its socket behind; remove it before starting.

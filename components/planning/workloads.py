@@ -123,7 +123,7 @@ def su_label_key(cluster: Cluster) -> str:
     Bootstrap labels every GPU node with its SU, and the platform names the SU's tier-1
     HyperNode the same way (tests check the two agree node by node).
     """
-    return f"{kubeadm.LABEL_PREFIX}/su"
+    return kubeadm.SU_LABEL
 
 
 def largest_su(cluster: Cluster) -> int:

@@ -16,6 +16,9 @@ from pulumi_policy import (
 from .common import FABRIC_TYPE, config, hca_peer, qty, switch_commands, switch_ports
 from .registry import get, is_list, is_map, resource_rule, stack_rule
 
+# The stack's node label naming a GPU node's SU (kubeadm.SU_LABEL; NodeRestriction's prefix).
+SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"
+
 MANDATORY = EnforcementLevel.MANDATORY
 
 
@@ -87,12 +90,12 @@ def fabric_within_radix(args: ResourceValidationArgs, report: ReportViolation) -
 def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: ReportViolation) -> None:
     """Rail alignment lets NCCL keep rail-r traffic on one leaf (one hop) and makes the ftree
     routing of the SU balanced; a node whose rail lands on another leaf sends that rail's
-    traffic over the spines. SU membership comes from the nodes' gpucluster.io/su labels, the
+    traffic over the spines. SU membership comes from the nodes' SU labels (NodePatch), the
     cabling from the switch port descriptions."""
     su_of: dict[str, str] = {}
     for r in args.resources:
         if r.resource_type == "kubernetes:core/v1:NodePatch":
-            su = get(r.props, "metadata", "labels", "gpucluster.io/su")
+            su = get(r.props, "metadata", "labels", SU_LABEL)
             host = get(r.props, "metadata", "name")
             if isinstance(su, str) and isinstance(host, str):
                 su_of[host] = su
@@ -138,6 +141,44 @@ def subnet_managers_redundant(args: ResourceValidationArgs, report: ReportViolat
     seen = [p for p in prios if isinstance(p, int)]
     if len(set(seen)) != len(seen):
         report(f"subnet-manager priorities {seen} are not distinct")
+
+
+@resource_rule(
+    "subnet-manager-m-key-protected",
+    "Every subnet manager protects the ports' configuration with an M_Key at level 2",
+    MANDATORY,
+    (FABRIC_TYPE,),
+)
+def subnet_manager_m_key_protected(args: ResourceValidationArgs,
+                                   report: ReportViolation) -> None:
+    """Any pod holding an HCA's umad device can send SMPs. Below M_Key protection level 2 a
+    port accepts a Set of its P_Key table or state from anyone (level 1 still returns the key
+    to any Get), so a tenant could move itself into another partition."""
+    sms = get(_facts(args), "subnetManagers")
+    for s in sms if is_list(sms) else ():
+        level = qty(get(s, "mKeyProtection"))
+        if not isinstance(level, int) or level < 2:
+            report(f"subnet manager {get(s, 'host')} sets m_key_protection_level {level}; "
+                   "use 2 (Sets need the M_Key, Gets do not return it)")
+
+
+@resource_rule(
+    "subnet-manager-keys-secret",
+    "The subnet managers' M_Key, SM_Key and SA_Key come from Pulumi secrets, not the file",
+    MANDATORY,
+    (FABRIC_TYPE,),
+)
+def subnet_manager_keys_secret(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """A key written in the rendered opensm.conf is in the plan, the state and every
+    rendering in clear text, and every copy of the file shares it; the stack appends the keys
+    on the SM host from the fabricMKey/fabricSmKey/fabricSaKey secrets."""
+    sms = get(_facts(args), "subnetManagers")
+    for s in sms if is_list(sms) else ():
+        in_file = get(s, "keysInFile")
+        if is_list(in_file) and in_file:
+            report(f"subnet manager {get(s, 'host')}'s rendered opensm.conf sets "
+                   f"{', '.join(in_file)}; set the keys as secrets (fabricMKey, fabricSmKey, "
+                   "fabricSaKey) instead")
 
 
 @resource_rule(

@@ -120,8 +120,11 @@ def kubelet_authenticated(args: ResourceValidationArgs, report: ReportViolation)
 
 
 _UNSAFE_API_ARGS = {
-    "authorization-mode": (lambda v: "AlwaysAllow" in v, "includes AlwaysAllow"),
-    "enable-admission-plugins": (lambda v: "AlwaysAdmit" in v, "includes AlwaysAdmit"),
+    # kubeadm's defaults (Node,RBAC; NodeRestriction) hold unless a flag overrides them.
+    "authorization-mode": (lambda v: "AlwaysAllow" in v or not {"Node", "RBAC"} <= set(
+        v.split(",")), "includes AlwaysAllow or lacks Node or RBAC"),
+    "enable-admission-plugins": (lambda v: "AlwaysAdmit" in v or "NodeRestriction" not in v,
+                                 "includes AlwaysAdmit or lacks NodeRestriction"),
     "profiling": (lambda v: v.lower() != "false", "is not false"),
 }
 
@@ -148,6 +151,48 @@ def control_plane_hardened(args: ResourceValidationArgs, report: ReportViolation
                     report(f"{component}: --{name}={given[name]} {why}")
 
 
+# What the API server may answer without credentials: health checks and the cluster-info
+# ConfigMap `kubeadm join` discovers the cluster by (kubeadm.ANONYMOUS_PATHS in the stack).
+_ANONYMOUS_OK = {"/livez", "/readyz", "/healthz",
+                 "/api/v1/namespaces/kube-public/configmaps/cluster-info"}
+
+
+@resource_rule(
+    "apiserver-anonymous-limited",
+    "The API server answers anonymous requests only on health checks and cluster-info",
+    MANDATORY,
+    COMMAND,
+)
+def apiserver_anonymous_limited(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """By default every unauthenticated request reaches authorization as system:anonymous: one
+    careless RoleBinding (or a discovery endpoint) away from an open cluster (CIS 1.2.1). The
+    stack's AuthenticationConfiguration lets anonymous requests through on the paths the
+    probes and `kubeadm join` need, and nowhere else."""
+    for cc in _of_kind(args, "ClusterConfiguration", in_init=True):
+        given = {a.get("name"): str(a.get("value")) for a in
+                 (get(cc, "apiServer", "extraArgs") or []) if is_map(a)}
+        if given.get("anonymous-auth", "").lower() == "false":
+            continue
+        if "authentication-config" not in given:
+            report("the API server has no --authentication-config limiting anonymous requests "
+                   "(anonymous-auth defaults to true: every path)")
+            continue
+        configs = _of_kind(args, "AuthenticationConfiguration")
+        if not configs:
+            report("--authentication-config is set but the script writes no "
+                   "AuthenticationConfiguration")
+        for ac in configs:
+            anon = get(ac, "anonymous")
+            if not is_map(anon) or get(anon, "enabled") is False:
+                continue  # absent: anonymous off under structured authentication
+            paths = {get(c, "path") for c in (get(anon, "conditions") or []) if is_map(c)}
+            if not paths:
+                report("anonymous requests are enabled on every path (no conditions)")
+            for extra in sorted(str(x) for x in paths - _ANONYMOUS_OK):
+                report(f"anonymous requests are allowed on {extra}; only health checks and "
+                       "cluster-info need them")
+
+
 _PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|;]*\|\s*(sudo\s+)?(ba|z|da)?sh\b")
 _SCRIPT_PATTERNS = (
     (_PIPE_TO_SHELL, "pipes a download into a shell (no checksum, no pinned key)"),
@@ -155,12 +200,21 @@ _SCRIPT_PATTERNS = (
      "joins without verifying the cluster CA (anyone on the network can pose as it)"),
     (re.compile(r"^\s*PasswordAuthentication\s+yes\b", re.M | re.I),
      "turns on SSH password logins"),
+    # A credential file others can read: any local user (or a container with the host path)
+    # takes the key, token or kubeconfig.
+    (re.compile(r"\b(chmod|install\s+(-\S+\s+)*-m)\s+0?[0-7][0-7][4-7]\b[^\n]*"
+                r"(\.key\b|admin\.conf|kube-vip\.conf|kubeconfig|encryption-config|token|"
+                r"password|secret)", re.I),
+     "makes a credential file readable by others"),
+    (re.compile(r"(--token[= ]|--password[= ]|--discovery-token[= ])\s*[A-Za-z0-9.]{6,}"),
+     "puts a credential on a command line (any local user reads it in ps)"),
 )
 
 
 @resource_rule(
     "host-scripts-safe",
-    "Host scripts never pipe downloads into a shell, skip CA pinning or allow SSH passwords",
+    "Host scripts never pipe downloads into a shell, skip CA pinning, allow SSH passwords, "
+    "leave credentials readable or pass them on a command line",
     MANDATORY,
     COMMAND,
 )

@@ -14,6 +14,10 @@ from .model import FabricPlan, Partition, PlanError
 
 _HEADER = "# Rendered by the gpu-cluster stack from the fabric plan; edits on the host are lost.\n"
 IPOIB_MTU = 5  # IBTA MTU code: 5 = 4096 bytes, what ConnectX-7 ports and QM9700 switches run
+# IBA vol. 1, 14.2.4: level 2 fails Sets without the M_Key and returns Gets with it zeroed.
+M_KEY_PROTECTION = 2
+# opensm.conf options whose values are secrets: only the SM host's installed file has them.
+SECRET_OPTIONS = ("m_key", "sm_key", "sa_key")
 
 
 def top_tier_guids(plan: FabricPlan) -> list[str]:
@@ -64,6 +68,16 @@ def render_opensm_conf(plan: FabricPlan, priority: int = 0, etc_dir: str | None 
         "allow_both_pkeys FALSE",
         "",
         f"node_name_map_name {d}/node-name-map",
+        "",
+        "# Management keys. M_Key at protection level 2: a port refuses every Set of its",
+        "# configuration (P_Keys, LIDs, state) without the key and hides the key from Gets, so a",
+        "# pod holding the HCA's umad device cannot rewrite the fabric. SM_Key: the subnet",
+        "# managers only elect and hand over among SMs holding it. SA_Key: what trusted SA",
+        "# queries carry. The key values are Pulumi secrets that `pulumi up` appends to the",
+        "# installed file (0600); a rendering never holds them. The lease never expires: the",
+        "# standby holds the same key, and a port forgets it only on an HCA reset.",
+        f"m_key_protection_level {M_KEY_PROTECTION}",
+        "m_key_lease_period 0",
         "",
         "# Heavy sweep period (s); light sweeps and traps still react at once.",
         f"sweep_interval {spec.sm_sweep_interval}",
