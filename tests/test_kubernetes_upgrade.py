@@ -220,8 +220,10 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
     changed = {c["name"]: c["action"] for c in diff}
     gpus = [f"gpu-node-{i:02d}" for i in range(8)]
     hosts = [CP, *gpus]  # the subnet-manager hosts run no Kubernetes
+    # `<cp>-identities` rewrites the configuration identities are signed with (its version).
     expected = ({f"{h}-prepare" for h in hosts} | {f"{CP}-kubeadm-init", "kubelet-config",
-                                                   f"{CP}-kubernetes-upgrade"}
+                                                   f"{CP}-kubernetes-upgrade",
+                                                   f"{CP}-identities"}
                 | {f"{h}-{s}" for h in gpus
                    for s in ("upgrade-drain", "kubernetes-upgrade", "upgrade-uncordon")})
     assert set(changed) == expected

@@ -76,7 +76,7 @@ def test_commands_carry_secrets_only_as_secrets(rendered_copy: Path) -> None:
 
 def test_commands_that_print_credentials_keep_them_secret_and_unlogged(
         rendered_copy: Path) -> None:
-    printers = {"admin-kubeconfig"} | {f"gpu-node-{i:02d}-join-token" for i in range(8)}
+    printers = {"stack-kubeconfig"} | {f"gpu-node-{i:02d}-join-token" for i in range(8)}
     seen = set()
     for path in (rendered_copy / "rendered/prod/bootstrap/command-remote-Command").glob("*"):
         doc = yaml.safe_load(path.read_text())
