@@ -165,6 +165,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         switches = {
             name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
                              host_key=keys.get(name),
+                             password=secrets.switch_password_for(name),
                              cli=switch_config.switch_cli(name, ports,
                                                           host_sm=bool(fabric_plan.sm),
                                                           radix=cluster.fabric.radix))
@@ -394,7 +395,7 @@ def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address:
     return BareMetalNodeArgs(hostname=hostname, role=role, address=address,
                              ssh_user=cluster.ssh_user, ssh_private_key=secrets.ssh_private_key,
                              ssh_host_key=host_key, prepare_script=script,
-                             bmc_command=redfish, bmc_password=secrets.bmc_password,
+                             bmc_command=redfish, bmc_password=secrets.bmc_password_for(hostname),
                              authorized_keys_script=keys)
 
 

@@ -11,9 +11,10 @@ the model without a Pulumi runtime.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -736,6 +737,11 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
     return cluster
 
 
+# Optional per-device passwords (`pulumi config set --secret --path 'switchPasswords.<switch>'`):
+# a device named in the map logs in with its own, every other one with the shared secret.
+DEVICE_PASSWORDS = {"switchPasswords": "switchPassword", "bmcPasswords": "bmcPassword"}
+
+
 @dataclass(frozen=True)
 class Secrets:
     """Pulumi secrets read from `secure:` keys; Outputs, never plain strings."""
@@ -746,6 +752,15 @@ class Secrets:
     fabric_m_key: Any
     fabric_sm_key: Any
     fabric_sa_key: Any
+    # device name -> its own password (an Output), from switchPasswords / bmcPasswords
+    switch_passwords: Mapping[str, Any] = field(default_factory=dict)
+    bmc_passwords: Mapping[str, Any] = field(default_factory=dict)
+
+    def switch_password_for(self, switch: str) -> Any:
+        return self.switch_passwords.get(switch, self.switch_password)
+
+    def bmc_password_for(self, host: str) -> Any:
+        return self.bmc_passwords.get(host, self.bmc_password)
 
 
 def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
@@ -769,8 +784,50 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
                                                   strict)) if p is not None]
     if problems:
         raise ConfigError(problems)
-    secrets = Secrets(*(conf.require_secret(k) for k in SECRET_KEYS))
+    devices = {key: _device_names(PROJECT, key) for key in DEVICE_PASSWORDS}
+    problems = _unknown_devices(cluster, devices)
+    if problems:
+        raise ConfigError(problems)
+    per_device = {key: {name: conf.require_secret_object(key).apply(lambda d, n=name: d[n])
+                        for name in names} for key, names in devices.items()}
+    secrets = Secrets(*(conf.require_secret(k) for k in SECRET_KEYS),
+                      switch_passwords=MappingProxyType(per_device["switchPasswords"]),
+                      bmc_passwords=MappingProxyType(per_device["bmcPasswords"]))
     return cluster, secrets
+
+
+def _device_names(project: str, key: str) -> list[str]:
+    """The device names of a per-device password map: its keys are not secret, its values
+    are (read raw, so no value is touched outside a secret Output)."""
+    import pulumi
+
+    raw = pulumi.runtime.get_config(f"{project}:{key}")
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigError([Problem(f"(secret) {project}:{key}", None,
+                                   "must be a map of device name to password (value hidden)",
+                                   f"pulumi config set --secret --path '{key}.<device>' …")])
+    return sorted(value)
+
+
+def _unknown_devices(cluster: Cluster, devices: Mapping[str, list[str]]) -> list[Problem]:
+    """A name that is no device would silently leave that device on the shared password."""
+    from components.planning import placement
+
+    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches},
+             "bmcPasswords": {h.hostname for h in (*cluster.hosts, *cluster.nodes)
+                              if h.bmc_address is not None}}
+    return [Problem(f"(secret) {PROJECT}:{key}.{name}", name,
+                    "names no " + ("switch of the fabric plan" if key == "switchPasswords"
+                                   else "host with a BMC"),
+                    "use a name from " + ("build/<stack>/fabric/switches/"
+                                          if key == "switchPasswords" else "the inventory"))
+            for key, names in devices.items() for name in names if name not in known[key]]
 
 
 def _ssh_key_problem(cluster: Cluster, private_key: str, strict: bool) -> Problem | None:

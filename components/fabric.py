@@ -39,6 +39,7 @@ class SwitchArgs:
     address: str
     host_key: str | None
     cli: str
+    password: Any = None  # its own (a Pulumi secret); None: FabricArgs.switch_password
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,8 @@ class InfinibandFabric(pulumi.ComponentResource):
             sw: remote_command(
                 f"{sw}-config",
                 connection=command.remote.ConnectionArgs(
-                    host=s.address, user=args.switch_user, password=args.switch_password,
+                    host=s.address, user=args.switch_user,
+                    password=s.password if s.password is not None else args.switch_password,
                     host_key=s.host_key),
                 create="cli",
                 stdin=s.cli,

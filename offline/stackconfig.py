@@ -29,6 +29,9 @@ SECRET_IDENTITIES = {
     "fabricMKey": "fabricKeysVersion",
     "fabricSmKey": "fabricKeysVersion",
     "fabricSaKey": "fabricKeysVersion",
+    # per-device passwords (maps of device -> secret): versioned with the shared one
+    "switchPasswords": "switchPasswordVersion",
+    "bmcPasswords": "bmcPasswordVersion",
 }
 
 
@@ -138,9 +141,11 @@ def _replace_secure(value: Any, label: str, placeholders: dict[str, str], key: s
         placeholders[text] = key
         return text
     if isinstance(value, dict):
-        return {k: _replace_secure(v, f"{label}.{k}", placeholders, key) for k, v in value.items()}
+        return {k: _replace_secure(v, f"{label}.{k}", placeholders, key, identity)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_replace_secure(v, f"{label}[{i}]", placeholders, key) for i, v in enumerate(value)]
+        return [_replace_secure(v, f"{label}[{i}]", placeholders, key, identity)
+                for i, v in enumerate(value)]
     return value
 
 
