@@ -401,7 +401,6 @@ def init_script(cluster: Cluster, host: Host) -> str:
         manifest = _yaml(kube_vip_manifest(cluster, "/etc/kubernetes/super-admin.conf"))
         vip = (f"install -d -m 0755 /etc/kubernetes/manifests\n"
                f"cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'\n{manifest}KUBEVIP\n")
-    after = ""
     return dedent(
         """\
         #!/usr/bin/env bash
@@ -428,12 +427,12 @@ def init_script(cluster: Cluster, host: Host) -> str:
         {config}KUBEADM
         kubeadm init --config /etc/kubernetes/kubeadm-init.yaml --upload-certs --skip-token-print \\
           --skip-certificate-key-print
-        {after}"""
+        """
     ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY),
              encryption=_yaml(encryption_configuration(cluster)), config=config,
              admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
              authentication=authentication_configuration_yaml(cluster),
-             authentication_path=AUTHENTICATION_CONFIG, vip=vip, after=after)
+             authentication_path=AUTHENTICATION_CONFIG, vip=vip)
 
 
 def kubelet_config_script(cluster: Cluster, host: Host) -> str:
