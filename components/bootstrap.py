@@ -158,7 +158,10 @@ class KubeadmCluster(pulumi.ComponentResource):
                     *after_init, *self.control_plane_upgrades.values()]),
             )
         # Joins wait for it: a node joining in the same update gets the new kubelet settings.
+        # Workers also wait for the init host's identities: its approver must list a node
+        # before the node's serving-certificate CSR can be approved.
         self._before_join = _present(self.kubelet_config)
+        self._before_worker_join = _present(self.kubelet_config, self.identities.get(cp.hostname))
         self.ca_cert_hash = remote_command(
             "ca-cert-hash",
             connection=cp.connection,
@@ -367,7 +370,8 @@ class KubeadmCluster(pulumi.ComponentResource):
             # A new token (a new board) re-runs it with that token: on a joined node the
             # guarded script does nothing, on a new board it joins.
             opts=pulumi.ResourceOptions(parent=self,
-                                        depends_on=[booted, token, *self._before_join]),
+                                        depends_on=[booted, token,
+                                                    *self._before_worker_join]),
         )
         # Lives on the control plane; deleting it cordons and drains the node before the
         # worker's own reset runs (Pulumi deletes dependents first). It waits for the Node to

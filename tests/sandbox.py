@@ -188,6 +188,7 @@ esac
 exists=0
 for p in $pkgs; do [ -e "$S/pkgs/$p" ] && exists=1; done
 [ -e "/etc/systemd/system/$unit.service" ] && exists=1
+case "$unit" in *.timer) [ -e "/etc/systemd/system/$unit" ] && exists=1 ;; esac
 case "$verb" in
   daemon-reload) exit 0 ;;
   is-enabled|is-active)
@@ -1175,12 +1176,15 @@ class Sandbox:
 
     # --- running ------------------------------------------------------------------------------
     def command(self) -> list[str]:
+        local = self.root / "usr/local/sbin"  # where the stack installs its own programs
+        local.mkdir(parents=True, exist_ok=True)
         return [
             "bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0",
             "--cap-drop", "ALL", "--die-with-parent", "--new-session",
             "--hostname", self.hostname,
             "--bind", str(self.root), "/",
-            "--ro-bind", "/usr", "/usr", *self._top_dirs(),
+            "--ro-bind", "/usr", "/usr", "--bind", str(local), "/usr/local/sbin",
+            *self._top_dirs(),
             "--proc", "/proc", "--ro-bind", str(self.cmdline), "/proc/cmdline",
             "--ro-bind", str(self.boot_id), "/proc/sys/kernel/random/boot_id",
             "--dev", "/dev", "--bind", str(self.root / "dev/md"), "/dev/md",

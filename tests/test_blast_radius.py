@@ -68,8 +68,10 @@ def test_adding_one_node(project: Path, slots: int, su: int) -> None:
     assert not got["delete"]
     # A full SU has one leaf per rail: the new node's eight cables land on eight leaves.
     leaves = {f"leaf-su{su}-r{r}-config" for r in range(8)}
+    # mgmt-01-identities: the approver of kubelet serving certificates learns the node.
     assert got["update"] == leaves | {"sm-01-opensm", "sm-02-opensm", "fabric",
-                                      f"hypernode-su{su}", "queue-acceptance"}
+                                      f"hypernode-su{su}", "queue-acceptance",
+                                      "mgmt-01-identities"}
     assert got["replace"] == NCCL
 
 

@@ -34,7 +34,7 @@ from sandbox import (
 
 from components.config import CLUSTER_KEY
 from components.fabric import sm_apply_script, sm_keys_conf, with_sm_keys
-from components.planning import host_scripts, kubeadm
+from components.planning import host_scripts, kubeadm, kubelet_serving
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
 
@@ -183,6 +183,19 @@ def check_identities(sb: Sandbox, run: Run) -> None:
         "/etc/kubernetes/gpu-cluster-rbac.yaml")]
     assert "name: gpu-cluster:stack" in (sb.state / "cluster/applied").read_text()
     assert not sb.path("/etc/kubernetes/super-admin.conf").exists()
+    # The approver of kubelet serving certificates (tests/test_kubelet_serving.py runs it
+    # against a real API server), its own identity, and every kubelet it vouches for.
+    assert run.changes[-2:] == [("systemctl", "daemon-reload"), (
+        "systemctl", "enable", "--now", f"{kubelet_serving.UNIT}.timer")]
+    assert sb.path(kubelet_serving.APPROVER).read_text() == kubelet_serving.SCRIPT
+    assert sb.path(kubelet_serving.APPROVER).stat().st_mode & 0o777 == 0o755
+    assert f"name: {kubelet_serving.APPROVER_USER}" in (sb.state / "cluster/applied").read_text()
+    assert "name: gpu-cluster:kubelet-serving-approver" in sb.path(
+        kubelet_serving.APPROVER_KUBECONFIG).read_text()
+    listed = dict(line.split() for line in sb.path(kubelet_serving.KUBELETS_FILE).read_text()
+                  .splitlines())
+    assert listed == {h.hostname: str(h.management_ip)
+                      for h in (*CLUSTER.control_plane, *CLUSTER.nodes)}
     # What `stack-kubeconfig` then runs: a kubeconfig of the stack's own identity.
     kubeconfig = ok(sb.run(kubeadm.stack_kubeconfig_command(CLUSTER).removeprefix("sudo ")))
     assert "name: gpu-cluster:stack" in kubeconfig.stdout
@@ -623,16 +636,6 @@ def test_a_failed_follow_up_action_is_retried_on_the_next_run(
     retry = ok(sb.run(script(GPU, "prepare-host.sh")))
     assert retry.count(*call) == 1, retry.explain()
     assert ok(sb.run(script(GPU, "prepare-host.sh"))).count(*call) == 0
-
-
-def test_kubelets_serve_without_a_csr_nobody_approves() -> None:
-    """kube-controller-manager signs kubelet client certificates but never approves a
-    kubelet-serving CSR; with serverTLSBootstrap and no approver, `kubectl logs/exec` fail.
-    The stack deploys no approver, so every kubelet the init and the uploads configure keeps
-    its self-signed serving certificate."""
-    assert kubeadm.kubelet_configuration(CLUSTER)["serverTLSBootstrap"] is False
-    for name in ("kubeadm-init.sh", "kubelet-config.sh"):
-        assert "serverTLSBootstrap: false" in script(CP, name)
 
 
 def test_a_new_kubernetes_version_installs_nothing_on_a_running_host(tmp_path: Path) -> None:

@@ -258,6 +258,16 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "kubelet-authenticated": (
         INIT, stdin_edit("readOnlyPort: 0", "readOnlyPort: 10255"),
         stdin_edit("readOnlyPort: 0\n", "")),  # left out: the kubelet's default is 0
+    # The flag dropped; another CA file (a separate kubelet CA) is fine.
+    "kubelet-serving-verified": (
+        INIT, stdin_edit("  - name: kubelet-certificate-authority\n"
+                         "    value: /etc/kubernetes/pki/ca.crt\n", ""),
+        stdin_edit("value: /etc/kubernetes/pki/ca.crt",
+                   "value: /etc/kubernetes/pki/kubelet-ca.crt")),
+    "kubelet-serving-verified/bootstrap": (
+        INIT, stdin_edit("serverTLSBootstrap: true", "serverTLSBootstrap: false"),
+        stdin_edit("serverTLSBootstrap: true",
+                   "serverTLSBootstrap: true\nrotateCertificates: true")),
     "control-plane-hardened": (
         INIT, stdin_edit("scheduler:\n  extraArgs:\n  - name: profiling\n    value: 'false'",
                          "scheduler:\n  extraArgs:\n  - name: profiling\n    value: 'true'"),
@@ -269,11 +279,11 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
         lambda p: p.update(stdin=p["stdin"] + "curl -fsSL https://pkgs.k8s.io/key | gpg "
                                               "--dearmor -o /etc/apt/keyrings/k.gpg\n")),
     "control-plane-hardened/authorization-mode": (
-        INIT, stdin_edit("  - name: profiling\n    value: 'false'\n  - name: admission-control",
-                         "  - name: profiling\n    value: 'false'\n  - name: authorization-mode"
+        INIT, stdin_edit("    value: /etc/kubernetes/pki/ca.crt\n  - name: admission-control",
+                         "    value: /etc/kubernetes/pki/ca.crt\n  - name: authorization-mode"
                          "\n    value: RBAC\n  - name: admission-control"),
-        stdin_edit("  - name: profiling\n    value: 'false'\n  - name: admission-control",
-                   "  - name: profiling\n    value: 'false'\n  - name: authorization-mode"
+        stdin_edit("    value: /etc/kubernetes/pki/ca.crt\n  - name: admission-control",
+                   "    value: /etc/kubernetes/pki/ca.crt\n  - name: authorization-mode"
                    "\n    value: Node,RBAC\n  - name: admission-control")),
     "host-scripts-safe/world-readable": (
         INIT, lambda p: p.update(stdin=p["stdin"] + "chmod 0644 /etc/kubernetes/admin.conf\n"),

@@ -24,8 +24,11 @@ needs_shellcheck = pytest.mark.skipif(
 
 
 def all_scripts() -> dict[str, str]:
-    """The preview's scripts/ plus the drain and leave scripts (delete actions, not artifacts)."""
+    """The preview's scripts/ plus the drain and leave scripts (delete actions, not artifacts)
+    and the programs the scripts install (components/planning/scripts/)."""
     scripts = prod_scripts()
+    for path in sorted((REPO / "components/planning/scripts").glob("*.sh")):
+        scripts[f"installed/{path.name}"] = path.read_text()
     for node in prod_cluster().nodes[:1]:  # identical but for the hostname
         scripts[f"{node.hostname}/drain.sh"] = kubeadm.drain_script(node.hostname)
         scripts[f"{node.hostname}/leave.sh"] = kubeadm.leave_script(node.hostname)

@@ -44,6 +44,7 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.port}"
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.kubeconfig = work / "kubeconfig"
+        self.ca = work / "certs" / "ca.crt"
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> ControlPlane:
@@ -81,6 +82,11 @@ class ControlPlane:
                        capture_output=True)
         subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out",
                         str(w / "certs" / "sa.pub")], check=True, capture_output=True)
+        # The cluster CA kube-controller-manager signs approved CSRs with (kubeadm: pki/ca.crt).
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                        "/CN=kubernetes", "-keyout", str(w / "certs" / "ca.key"),
+                        "-out", str(self.ca)], check=True, capture_output=True)
         (w / "tokens.csv").write_text(f"{TOKEN},twin-admin,twin-admin,system:masters\n")
         self.kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "twin",
@@ -124,6 +130,8 @@ class ControlPlane:
             f"--authorization-kubeconfig={self.kubeconfig}",
             f"--service-account-private-key-file={key}",
             f"--service-cluster-ip-range={self.service_cidr}",
+            f"--cluster-signing-cert-file={self.ca}",
+            f"--cluster-signing-key-file={w / 'certs' / 'ca.key'}",
             "--use-service-account-credentials=false", "--leader-elect=false",
             # Node IPAM would need a pod CIDR per node; KWOK nodes need none. The node
             # lifecycle controller stays: it lifts the not-ready taint once KWOK reports Ready.

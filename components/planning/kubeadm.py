@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from components.config import Cluster, GpuNode, Host
+from components.planning import kubelet_serving
 from components.planning.host_scripts import CHANGE_TRACKING
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
@@ -199,6 +200,9 @@ def endpoint(cluster: Cluster) -> str:
 def cluster_configuration(cluster: Cluster) -> dict:
     k = cluster.kubernetes
     extra_args = [{"name": "profiling", "value": "false"},
+                  # Logs, exec and port-forward only to a kubelet whose serving certificate the
+                  # cluster CA signed (kubelet_serving).
+                  {"name": "kubelet-certificate-authority", "value": "/etc/kubernetes/pki/ca.crt"},
                   {"name": "admission-control-config-file", "value": ADMISSION_CONFIG},
                   {"name": "authentication-config", "value": AUTHENTICATION_CONFIG}]
     volumes = [{"name": "admission-config", "hostPath": ADMISSION_CONFIG,
@@ -266,11 +270,10 @@ def kubelet_configuration(cluster: Cluster) -> dict:
         "kubeReserved": {"cpu": kl.kube_reserved_cpu, "memory": kl.kube_reserved_memory},
         "evictionHard": {"memory.available": "2Gi", "nodefs.available": "10%"},
         "maxPods": kl.max_pods,
-        # The kubelet serves with its own self-signed certificate. With serverTLSBootstrap it
-        # would ask for a CA-signed one by CSR, which kube-controller-manager never approves
-        # (kubelet-serving CSRs need a human or a third-party approver): no serving certificate,
-        # and `kubectl logs/exec` — the MPIJob launcher's exec included — would fail.
-        "serverTLSBootstrap": False,
+        # A serving certificate from the cluster CA, by CSR, so the API server can verify the
+        # kubelet (--kubelet-certificate-authority); approved by the control planes' timer
+        # (kubelet_serving), renewed the same way.
+        "serverTLSBootstrap": True,
         "failSwapOn": True,
         # Stated, not left to defaults: no anonymous requests, the API server authorizes every
         # one, no unauthenticated read-only port.
@@ -296,14 +299,21 @@ def node_labels(cluster: Cluster, node: GpuNode, leaves: dict[int, str] | None =
     return labels
 
 
+def node_registration(name: str, address: str) -> dict:
+    """The node's name and the one address its kubelet reports and serves on: the management
+    network's, whatever other interfaces (storage, IPoIB) the host has. Its serving
+    certificate names exactly these (kubelet_serving checks them against the inventory)."""
+    return {"name": name, "criSocket": "unix:///run/containerd/containerd.sock",
+            "kubeletExtraArgs": [{"name": "node-ip", "value": address}]}
+
+
 def init_configuration(cluster: Cluster, host: Host) -> dict:
     return {
         "apiVersion": KUBEADM_API,
         "kind": "InitConfiguration",
         "localAPIEndpoint": {"advertiseAddress": str(host.management_ip),
                              "bindPort": cluster.kubernetes.control_plane_endpoint.port},
-        "nodeRegistration": {"name": host.hostname, "criSocket":
-                             "unix:///run/containerd/containerd.sock"},
+        "nodeRegistration": node_registration(host.hostname, str(host.management_ip)),
         # The bootstrap token of `kubeadm init` is not used: workers get their own short-lived
         # tokens, one per join.
         "bootstrapTokens": [],
@@ -321,11 +331,8 @@ def join_configuration(cluster: Cluster, node: GpuNode) -> dict:
                 "caCertHashes": ["${CA_CERT_HASH}"],
             }
         },
-        "nodeRegistration": {
-            "name": node.hostname,
-            "criSocket": "unix:///run/containerd/containerd.sock",
-            "taints": [GPU_TAINT],
-        },
+        "nodeRegistration": {**node_registration(node.hostname, str(node.management_ip)),
+                             "taints": [GPU_TAINT]},
     }
 
 
@@ -478,8 +485,7 @@ def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
                                  "bindPort": cluster.kubernetes.control_plane_endpoint.port},
             "certificateKey": "${CERTIFICATE_KEY}",
         },
-        "nodeRegistration": {"name": host.hostname,
-                             "criSocket": "unix:///run/containerd/containerd.sock"},
+        "nodeRegistration": node_registration(host.hostname, str(host.management_ip)),
     }
 
 
@@ -547,22 +553,27 @@ def _identity_config(cluster: Cluster) -> str:
             "fi\n")
 
 
+def _user_kubeconfig(user: str, path: str) -> str:
+    """Bash: a kubeconfig of `user` from the cluster CA at `path` (kept when present)."""
+    return (f"if [ ! -s {path} ]; then\n"
+            f"  (umask 077; kubeadm kubeconfig user --config {IDENTITY_CONFIG} "
+            f"--client-name {user} --validity-period {IDENTITY_VALIDITY} > {path}.new)\n"
+            f"  mv {path}.new {path}\n"
+            "fi\n")
+
+
 def _kube_vip_identity(cluster: Cluster) -> str:
     """Bash: the identity configuration and kube-vip's kubeconfig (kept when present)."""
-    return (_identity_config(cluster)
-            + f"if [ ! -s {KUBE_VIP_KUBECONFIG} ]; then\n"
-            f"  (umask 077; kubeadm kubeconfig user --config {IDENTITY_CONFIG} "
-            f"--client-name {KUBE_VIP_USER} --validity-period {IDENTITY_VALIDITY} "
-            f"> {KUBE_VIP_KUBECONFIG}.new)\n"
-            f"  mv {KUBE_VIP_KUBECONFIG}.new {KUBE_VIP_KUBECONFIG}\n"
-            "fi\n")
+    return _identity_config(cluster) + _user_kubeconfig(KUBE_VIP_USER, KUBE_VIP_KUBECONFIG)
 
 
 def identities_script(cluster: Cluster, host: Host) -> str:
     """On each control plane once it serves the API: the RBAC of the cluster's own
-    identities, kube-vip moved to its own, and super-admin.conf (system:masters, which no
-    RBAC can limit) off the host. Idempotent; a cluster built before runs it too."""
-    rbac = _docs(stack_rbac(), *(kube_vip_rbac() if _ha(cluster) else []))
+    identities, kube-vip moved to its own, the approver of kubelet serving certificates with
+    the kubelets it vouches for, and super-admin.conf (system:masters, which no RBAC can
+    limit) off the host. Idempotent; a cluster built before runs it too."""
+    rbac = _docs(stack_rbac(), *kubelet_serving.approver_rbac(),
+                 *(kube_vip_rbac() if _ha(cluster) else []))
     vip = _identity_config(cluster)
     if _ha(cluster):
         vip = _kube_vip_identity(cluster) + dedent(
@@ -588,7 +599,9 @@ def identities_script(cluster: Cluster, host: Host) -> str:
         settle rbac kubectl --kubeconfig /etc/kubernetes/admin.conf apply \\
           -f /etc/kubernetes/gpu-cluster-rbac.yaml
         """
-    ).format(host=host.hostname, rbac=rbac, tracking=CHANGE_TRACKING) + vip + dedent(
+    ).format(host=host.hostname, rbac=rbac, tracking=CHANGE_TRACKING) + vip + _user_kubeconfig(
+        kubelet_serving.APPROVER_USER, kubelet_serving.APPROVER_KUBECONFIG,
+    ) + kubelet_serving.install_script(cluster) + dedent(
         """\
         # kubeadm writes it at init for its own bootstrap only; a break-glass credential is
         # made when needed from the CA (docs/security.md, "People").

@@ -119,6 +119,32 @@ def kubelet_authenticated(args: ResourceValidationArgs, report: ReportViolation)
             report(f"KubeletConfiguration readOnlyPort is {get(kc, 'readOnlyPort')}, not 0")
 
 
+@resource_rule(
+    "kubelet-serving-verified",
+    "The API server verifies the kubelets it dials against the cluster CA, and kubelets ask "
+    "that CA for their serving certificates",
+    MANDATORY,
+    COMMAND,
+)
+def kubelet_serving_verified(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Without --kubelet-certificate-authority the API server accepts any certificate on a
+    node's port 10250: whoever answers there (a rebuilt host, a spoofed address) receives
+    `kubectl exec` sessions and their input, and serves forged logs (CIS 1.2.5). With it, a
+    kubelet must hold a serving certificate from that CA (serverTLSBootstrap); a self-signed
+    one fails every logs, exec and port-forward, the MPIJob launcher's exec included."""
+    for cc in _of_kind(args, "ClusterConfiguration", in_init=True):
+        given = {a.get("name"): str(a.get("value")) for a in
+                 (get(cc, "apiServer", "extraArgs") or []) if is_map(a)}
+        if not given.get("kubelet-certificate-authority"):
+            report("the API server has no --kubelet-certificate-authority: it accepts any "
+                   "certificate a kubelet's port presents")
+            continue
+        for kc in _of_kind(args, "KubeletConfiguration"):
+            if get(kc, "serverTLSBootstrap") is not True:
+                report("--kubelet-certificate-authority is set but the KubeletConfiguration "
+                       "has no serverTLSBootstrap: true; self-signed kubelets fail logs/exec")
+
+
 _UNSAFE_API_ARGS = {
     # kubeadm's defaults (Node,RBAC; NodeRestriction) hold unless a flag overrides them.
     "authorization-mode": (lambda v: "AlwaysAllow" in v or not {"Node", "RBAC"} <= set(
