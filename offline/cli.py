@@ -11,7 +11,7 @@ from pathlib import Path
 from .diff import diff_json, format_diff
 from .impact import impact
 from .model import layer_order
-from .policy import LEVEL_ORDER
+from .policy import LEVEL_ORDER, SUPPRESSED
 from .preview import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -28,11 +28,11 @@ from .preview import (
 from .runbook import runbook
 
 
-def _print_summary(r: Rendering, quiet: bool) -> None:
+def _print_summary(r: Rendering, verbose: bool) -> None:
     s = r.plan.summary()
     print(f"Stack {r.config.project}/{r.config.stack}: {s['total']} resources "
           f"({s['custom']} custom, {s['total'] - s['custom']} components)")
-    if quiet:
+    if not verbose:
         return
     print("By layer:")
     for layer, n in sorted(s["byLayer"].items(), key=lambda kv: layer_order(kv[0])):
@@ -46,22 +46,31 @@ def _print_summary(r: Rendering, quiet: bool) -> None:
 def _print_policies(r: Rendering, quiet: bool) -> None:
     if not r.levels:
         return
-    grouped: dict[str, list] = {lvl: [] for lvl in LEVEL_ORDER}
+    grouped: dict[str, list] = {lvl: [] for lvl in (*LEVEL_ORDER, SUPPRESSED)}
     for v in r.violations:
         grouped.setdefault(v.level, []).append(v)
     disabled = sorted(n for n, lvl in r.levels.items() if lvl == "disabled")
     counts = ", ".join(f"{len(grouped[k])} {k}" for k in ("mandatory", "advisory"))
-    print(f"Policy report ({len(r.levels)} policies, {counts} violations):")
-    for level in ("mandatory", "advisory"):
+    print(f"Policy report ({len(r.levels)} policies, {counts} violations, "
+          f"{len(grouped[SUPPRESSED])} suppressed):")
+    for level in ("mandatory", "advisory", SUPPRESSED):
         items = grouped.get(level, [])
         if not items or (quiet and level != "mandatory"):
             continue
         print(f"  {level}:")
+        # One entry per rule and resource: its findings, then the reason (when suppressed).
+        entries: dict[tuple[str, str, str], list[str]] = {}
         for v in items:
-            print(f"    [{v.policy}] {v.resource or '(stack)'}")
-            for line in v.message.splitlines():
+            entries.setdefault((v.policy, v.resource or "(stack)", v.reason), []).append(
+                v.message)
+        for (policy, resource, reason), messages in entries.items():
+            print(f"    [{policy}] {resource}")
+            for line in (ln for m in messages for ln in m.splitlines()):
                 print(f"        {line}")
-    print(f"  disabled: {', '.join(disabled) if disabled else 'none'}")
+            if reason:
+                print(f"        reason: {reason}")
+    if not quiet:
+        print(f"  disabled: {', '.join(disabled) if disabled else 'none'}")
 
 
 def _render(project: Path, args: argparse.Namespace, policy_config: Path | None = None,
@@ -96,6 +105,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
         # A scratch copy of a stack is judged as that stack would be.
         policy_config = theirs
         print(f"policies: {theirs.relative_to(project)} (the baseline's; {args.stack} has none)")
+    elif policy_config is None and not own.is_file() and not args.policy_pack:
+        print(f"policies: no policies/policy-config.{args.stack}.json, so every rule runs at "
+              "the pack's own level (policies/RULES.md); to change a level or suppress a rule "
+              f"for {args.stack}, add that file (docs/policies.md)")
     r = _render(project, args, policy_config)
     if isinstance(r, int):
         return r
@@ -112,23 +125,24 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if args.render:
         n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
         print(f"rendered/{args.stack}: {len(r.rendered)} files, {n} written or removed")
-    # What the change does to hardware and running work comes first.
+    # A reviewer reads top-down: what the change does to hardware and running work, the
+    # policy verdict, then the diff and the runbook; the inventory of the stack last.
     for line in verdict:
         print(line)
-    _print_summary(r, args.quiet)
-    for line in r.report:
-        print(line)
+    _print_policies(r, args.quiet)
     for w in r.warnings:
         print(f"warning: {w}")
-    lines = format_diff(diff, label)
-    if args.render and not diff.empty:
-        lines[0] = f"(now rendered) {lines[0]}"
-    for line in lines[:1] if args.quiet else lines:
-        print(line)
-    for line in steps:
-        print(line)
-    _print_policies(r, args.quiet)
-    print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
+    if not args.quiet:
+        lines = format_diff(diff, label)
+        if args.render and not diff.empty:
+            lines[0] = f"(now rendered) {lines[0]}"
+        for line in [*lines, *steps]:
+            print(line)
+        _print_summary(r, args.verbose)
+        # The fabric's bill of materials and the bring-up order: what a first build is.
+        for line in r.report if args.verbose or not current else ():
+            print(line)
+        print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
     if args.timings:
         print("timings " + json.dumps({k: round(v, 3) for k, v in r.timings.items()}))
     if any(v.level == "mandatory" for v in r.violations):
@@ -166,7 +180,8 @@ def cmd_floor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{preview,check-rendered,bench}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
@@ -181,7 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="STACK",
                    help="diff against rendered/<STACK>/ instead of this stack's own: preview a "
                         "change in a scratch stack (a copy of Pulumi.<STACK>.yaml) beside it")
-    p.add_argument("--quiet", action="store_true", help="totals and mandatory violations only")
+    p.add_argument("--quiet", action="store_true",
+                   help="only the impact verdict and mandatory violations")
+    p.add_argument("--verbose", action="store_true",
+                   help="also resource counts by layer and type, the fabric's bill of materials "
+                        "and the bring-up order")
     p.add_argument("--timings", action="store_true",
                    help="print seconds spent in the program, rendering and policies (JSON)")
     p.add_argument("--policy-config", help="JSON policy config (the `pulumi preview "
@@ -207,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: a synthetic program registering N ConfigMaps vs the floor")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("floor", help=argparse.SUPPRESS)  # child process of `bench`
+    # A child process of `bench`: no help, so the usage and command list leave it out.
+    p = sub.add_parser("floor")
     p.add_argument("count", type=int)
     p.add_argument("--collector-of", metavar="PROJECT_DIR",
                    help="apply that project's garbage-collector settings, as its program does")

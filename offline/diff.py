@@ -200,6 +200,9 @@ class Change:
     replace_because: list[str] = field(default_factory=list)
     # path -> changed lines ("-old", "+new") for multi-line text such as host scripts
     text_diffs: dict[str, list[str]] = field(default_factory=dict)
+    # path -> (old, new) for every other changed value that is a scalar on both sides (None:
+    # absent); secrets are their rendered mask ("[secret]", "[secret version 2]")
+    values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # A deleted resource's inputs, for readers of what goes (a retired switch's port map)
     old_inputs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -246,7 +249,15 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     texts |= {p: d for p in paths
               if p not in texts and (d := text_diff(_value_at(olds, p), _value_at(news, p))
                                      or _secret_diff(_value_at(olds, p), _value_at(news, p)))}
-    return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts)
+    values = {p: (o, n) for p in paths
+              if _scalar(o := _value_at(olds, p)) and _scalar(n := _value_at(news, p))}
+    return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts, values=values)
+
+
+def _scalar(value: Any) -> bool:
+    """One line's worth: not a mapping, a list or a multi-line text (those get `text_diffs`)."""
+    return value is None or isinstance(value, bool | int | float) or (
+        isinstance(value, str) and "\n" not in value)
 
 
 def _secret_diff(old: Any, new: Any) -> list[str]:
@@ -365,8 +376,10 @@ def _format(change: Change, limit: int) -> Iterable[str]:
         yield f"             replaced because: {', '.join(change.replace_because)}"
     shown = change.paths[:limit]
     for p in shown:
-        yield f"             ~ {p}"
-        lines = change.text_diffs.get(p, [])
+        yield f"             ~ {p}" + (f": {_shown(change.values[p][0])} → "
+                                       f"{_shown(change.values[p][1])}"
+                                       if p in change.values else "")
+        lines = [] if p in change.values else change.text_diffs.get(p, [])
         for line in lines[:TEXT_LINES]:
             yield f"                 {line}"
         if len(lines) > TEXT_LINES:
@@ -376,11 +389,21 @@ def _format(change: Change, limit: int) -> Iterable[str]:
 
 
 TEXT_LINES = 12
+VALUE_CHARS = 120
+
+
+def _shown(value: Any) -> str:
+    """A value as the diff prints it: JSON (strings quoted), `(absent)`, long ones cut."""
+    if value is None:
+        return "(absent)"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS - 1] + "…"
 
 
 def _same_change(ch: Change) -> tuple[Any, ...]:
     return (ch.action, ch.type, tuple(ch.paths), tuple(ch.replace_because),
-            tuple((k, tuple(v)) for k, v in sorted(ch.text_diffs.items())))
+            tuple((k, tuple(v)) for k, v in sorted(ch.text_diffs.items())),
+            tuple(sorted((k, json.dumps(v)) for k, v in ch.values.items())))
 
 
 def _format_group(changes: list[Change], limit: int, fold: int) -> Iterable[str]:
@@ -439,8 +462,11 @@ def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> 
 
 
 def diff_json(diff: Diff) -> str:
-    """`[{action, type, name, layer, urn, paths, replaceBecause, textDiffs}]`, sorted."""
+    """`[{action, type, name, layer, urn, paths, replaceBecause, textDiffs, values}]`, sorted;
+    `values`: `{path: {"old": …, "new": …}}` for changed scalars (null: absent)."""
     rows = [{"action": c.action, "type": c.type, "name": c.name, "layer": c.layer,
              "urn": c.urn, "paths": c.paths, "replaceBecause": c.replace_because,
-             "textDiffs": c.text_diffs} for c in sorted(diff.changes, key=Change.sort_key)]
+             "textDiffs": c.text_diffs,
+             "values": {p: {"old": o, "new": n} for p, (o, n) in c.values.items()}}
+            for c in sorted(diff.changes, key=Change.sort_key)]
     return json.dumps(rows, indent=1, sort_keys=True) + "\n"

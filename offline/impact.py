@@ -39,6 +39,15 @@ def _cables(moves: Iterable[CableMove], side: str) -> str:
     return ", ".join(f"{n} x {kind}" for kind, n in sorted(kinds.items()))
 
 
+# Kubeflow jobs the engine deletes and submits again on a changed spec (components/workloads.py).
+JOB_TYPES = ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:kubeflow.org/v1:MPIJob")
+
+
+def _acceptance_test(urn: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    labels = ((new_inputs or {}).get(urn) or {}).get("metadata", {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component") == "nccl-test"
+
+
 def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """A short verdict, or one line saying nothing physical changes."""
     changes = diff.changes
@@ -53,8 +62,13 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
     batches = upgrade_batches(new_inputs) if upgrading else []
     rotations = secret_rotations(changes, new_inputs)
+    jobs = [c for c in changes if c.type in JOB_TYPES]
+    tests = {c.name for c in jobs if _acceptance_test(c.urn, new_inputs)}
+    resubmitted = sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests)
+    retested = sorted(c.name for c in jobs if c.action == "replace" and c.name in tests)
+    stopped = sorted(c.name for c in jobs if c.action == "delete")
     if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
-            or drained or rebooted or upgrade or rotations):
+            or drained or rebooted or upgrade or rotations or resubmitted or retested or stopped):
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:"]
     for r in rotations:
@@ -87,6 +101,14 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
                          | set(upgraded_control_planes(changes)))
     lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
                  + (", each in turn for the upgrade" if upgrading and drained else ""))
+    if resubmitted:
+        lines.append(f"  jobs resubmitted: {len(resubmitted)} ({_span(resubmitted)}): their pods "
+                     "restart; training resumes from its last checkpoint")
+    if retested:
+        lines.append(f"  acceptance test runs again: {_span(retested)} (queued until its GPU "
+                     "nodes are free)")
+    if stopped:
+        lines.append(f"  jobs stopped: {len(stopped)} ({_span(stopped)})")
     if rebooted:
         lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
                      "member at a time")
@@ -96,6 +118,8 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     elif moved or drained:
         lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
                      "maintenance window" + (" for the re-cabling" if moved else ""))
+    elif resubmitted or stopped:
+        lines.append("  outage: the jobs above restart or stop; other running work carries on")
     else:
         lines.append("  outage: none expected" + (" (new links and hosts only)"
                                                   if new or racked or not rotations else ""))

@@ -46,6 +46,8 @@ from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 from .model import Plan, Resource
 
 LEVEL_ORDER = ("mandatory", "advisory", "disabled")
+# A finding a suppression (with its reason) keeps from failing: listed, never enforced.
+SUPPRESSED = "suppressed"
 PACK_NAME = "gpu-guardrails"
 RULES_MODULE = "gpu_guardrails"
 
@@ -60,13 +62,16 @@ class Violation:
     policy: str
     resource: str | None
     message: str
+    reason: str = ""  # why it is suppressed (level SUPPRESSED only)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "level": self.level, "resource": self.resource,
-                "message": self.message}
+        row = {"policy": self.policy, "level": self.level, "resource": self.resource,
+               "message": self.message}
+        return row | ({"reason": self.reason} if self.level == SUPPRESSED else {})
 
     def sort_key(self) -> tuple[int, str, str, str]:
-        return (LEVEL_ORDER.index(self.level) if self.level in LEVEL_ORDER else 9,
+        return (LEVEL_ORDER.index(self.level) if self.level in LEVEL_ORDER else 8
+                if self.level == SUPPRESSED else 9,
                 self.policy, self.resource or "", self.message)
 
 
@@ -75,6 +80,8 @@ class PolicyPackInfo:
     policies: list[Any]
     initial_config: dict[str, Any]
     default_level: EnforcementLevel
+    # The pack's `recording_suppressions()` context manager (None in a pack without one).
+    record_suppressions: Any = None
 
 
 def load_pack(pdir: Path) -> PolicyPackInfo | None:
@@ -92,10 +99,12 @@ def load_pack(pdir: Path) -> PolicyPackInfo | None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise PolicyLoadError(f"duplicate policy names in {RULES_MODULE}.POLICIES: {dupes}")
+    registry = sys.modules.get(f"{RULES_MODULE}.registry")
     return PolicyPackInfo(
         policies,
         dict(getattr(mod, "INITIAL_CONFIG", {}) or {}),
         getattr(mod, "DEFAULT_ENFORCEMENT_LEVEL", EnforcementLevel.ADVISORY),
+        getattr(registry, "recording_suppressions", None),
     )
 
 
@@ -204,6 +213,19 @@ def _scrub(message: str, secrets: set[str]) -> str:
 
 def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                  extra_secrets: set[str] = frozenset()) -> list[Violation]:  # type: ignore[assignment]
+    """Violations, and the findings suppressions keep from failing (level SUPPRESSED)."""
+    if pack.record_suppressions is None:
+        return _run_policies(plan, pack, config, extra_secrets)
+    secrets = set(plan.secret_strings) | set(extra_secrets)
+    with pack.record_suppressions() as suppressed:
+        found = _run_policies(plan, pack, config, extra_secrets)
+    found += [Violation(SUPPRESSED, s.rule, s.urn, _scrub(s.message, secrets),
+                        _scrub(s.reason, secrets)) for s in set(suppressed)]
+    return sorted(set(found), key=Violation.sort_key)
+
+
+def _run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
+                  extra_secrets: set[str]) -> list[Violation]:
     resolved = resolve(pack, config)
     secrets = set(plan.secret_strings) | set(extra_secrets)
     found: list[Violation] = []

@@ -71,8 +71,10 @@ def test_a_ninth_node_only_adds_its_cables(project: Path) -> None:
         # gpu-node-08 opens rack r03; the switches are in r01 (fabric.switchRack).
         "  cables to plug: 8 (8 x optical cross-rack); to pull: 0",
         "  nodes drained: 0",
+        # The NCCL test over every node is resized, so it runs again.
+        "  acceptance test runs again: mpijob-training-nccl-allreduce (queued until its GPU "
+        "nodes are free)",
         "  outage: none expected (new links and hosts only)",
-        out[5],
     ]
     assert not [s for s in steps if s.startswith(("cordon", "move", "pull", "re-cable", "rack"))]
     assert sum(s.startswith("plug   ") for s in steps) == 8
@@ -95,7 +97,8 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
     assert out[3].startswith("  switches: rack 10 (leaf-su1-r0 … spine-04), retire 4 "
                              "(leaf-su1-r0-1, leaf-su1-r2-3, leaf-su1-r4-5, leaf-su1-r6-7)")
     assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
-    assert "maintenance window for the re-cabling" in out[5]
+    assert out[5].startswith("  acceptance test runs again: mpijob-training-nccl-allreduce")
+    assert "maintenance window for the re-cabling" in out[6]
 
     def at(*prefixes: str) -> list[int]:
         return [i for i, s in enumerate(steps) if s.startswith(prefixes)]
@@ -224,11 +227,13 @@ def test_a_second_su_planned_ahead_grows_without_moving_a_cable(project: Path) -
     assert run_offline(project, "preview", "--render").returncode == 0
     resize(project, 31, 9)
     out, steps = preview(project)
-    assert out[:5] == [
+    assert out[:6] == [
         "Impact on hardware and running work:",
         "  existing links moved: 0",
         out[2],
         "  nodes drained: 0",
+        "  acceptance test runs again: mpijob-training-nccl-allreduce (queued until its GPU "
+        "nodes are free)",
         "  outage: none expected (new links and hosts only)",
     ]
     assert out[2].startswith("  cables to plug: 64 (") and out[2].endswith("; to pull: 0")

@@ -188,3 +188,33 @@ def test_render_then_check_rendered(offline_project: Path) -> None:
     reformatted = run_offline(offline_project, "check-rendered")
     assert reformatted.returncode == 1
     assert "1 files differ only in formatting" in reformatted.stdout
+
+
+def test_a_changed_value_shows_old_and_new_in_the_text_and_the_json() -> None:
+    """An image tag bump says which tag it was and which it becomes, not only the path."""
+    import json
+
+    from offline.diff import diff_json
+
+    change = classify(deployment(replicas=2), deployment(image="a:2", replicas=3), "workloads")
+    assert change is not None
+    assert change.values == {"spec.replicas": (2, 3),
+                             "spec.template.spec.containers[0].image": ("a:1", "a:2")}
+    text = "\n".join(format_diff(diff_trees(
+        {"w.yaml": to_yaml(deployment(replicas=2))},
+        {"w.yaml": to_yaml(deployment(image="a:2", replicas=3))}), "rendered/prod"))
+    assert '~ spec.template.spec.containers[0].image: "a:1" → "a:2"' in text
+    assert "~ spec.replicas: 2 → 3" in text
+    row = json.loads(diff_json(diff_trees({"w.yaml": to_yaml(deployment())},
+                                          {"w.yaml": to_yaml(deployment(image="a:2"))})))[0]
+    assert row["values"] == {"spec.template.spec.containers[0].image": {"old": "a:1",
+                                                                         "new": "a:2"}}
+
+
+def test_added_keys_show_as_absent_and_scripts_keep_their_line_diff() -> None:
+    old = doc("command:remote:Command", "x", {"create": "a\nb\n"})
+    new = doc("command:remote:Command", "x", {"create": "a\nc\n", "delete": "true"})
+    change = classify(old, new, "bootstrap")
+    assert change is not None
+    assert change.values == {"delete": (None, "true")}
+    assert change.text_diffs == {"create": ["-b", "+c"]}

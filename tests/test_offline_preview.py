@@ -126,8 +126,8 @@ def test_manifests_helm_and_artifacts(previewed: tuple[Path, Any]) -> None:
     assert os.access(script, os.X_OK)
     assert (build / "fabric/opensm.conf").read_text() == "routing_engine ftree\n"
     assert json.loads((build / "policy-report.json").read_text()) == []
-    assert re.search(r"Policy report \(\d+ policies, 0 mandatory, 0 advisory violations\)",
-                     proc.stdout)
+    assert re.search(r"Policy report \(\d+ policies, 0 mandatory, 0 advisory violations, "
+                     r"0 suppressed\)", proc.stdout)
 
 
 def test_rendered_has_one_file_per_resource(previewed: tuple[Path, Any]) -> None:

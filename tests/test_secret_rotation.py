@@ -54,7 +54,7 @@ def preview(project: Path) -> tuple[list[str], list[str], dict[str, str]]:
     proc = run_offline(project, "preview")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout.splitlines()
-    impact = out[:out.index(next(x for x in out if x.startswith("Stack ")))]
+    impact = out[:out.index(next(x for x in out if x.startswith("Policy report")))]
     steps = [line.split(". ", 1)[1] for line in
              (project / "build/prod/runbook.txt").read_text().splitlines()
              if line.startswith("  ") and ". " in line and line.strip()[0].isdigit()]

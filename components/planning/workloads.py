@@ -25,6 +25,13 @@ from components.planning import kubeadm, nccl, platform
 from components.planning.storage import claim_name
 
 EXCEPTIONS_ANNOTATION = "gpucluster.io/pod-security-exceptions"
+# A policy rule set aside for one object, with the reason, on the object itself: every stack
+# gets it, and the preview lists it as suppressed (the pack's SUPPRESS_ANNOTATION).
+POLICY_SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
+NCCL_TEST_SUPPRESSIONS = (
+    "nccl-no-debug-knobs: the NCCL acceptance test parses NCCL_DEBUG=INFO output for "
+    "NET/IB/GDRDMA to prove RDMA is used, and pins NCCL_ALGO=Ring so NVLS/tree cannot mask a "
+    "slow rail. It is a bring-up check, not a training job")
 RDMA_EXCEPTIONS = {
     "capabilities.add=IPC_LOCK": "RDMA registers (pins) GPU and host memory for the HCAs' DMA; "
                                  "without IPC_LOCK ibv_reg_mr fails and NCCL falls back to "
@@ -525,7 +532,8 @@ def nccl_test_mpijob(cluster: Cluster, test: NcclTest) -> dict:
     return {
         "apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
         "metadata": {"name": test.name, "namespace": test.namespace,
-                     "labels": {"app.kubernetes.io/component": "nccl-test"}},
+                     "labels": {"app.kubernetes.io/component": "nccl-test"},
+                     "annotations": {POLICY_SUPPRESS_ANNOTATION: NCCL_TEST_SUPPRESSIONS}},
         "spec": {
             "slotsPerWorker": gpus,
             "runPolicy": {**_run_policy(0, nodes + 1, ACCEPTANCE_QUEUE),

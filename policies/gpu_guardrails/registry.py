@@ -8,8 +8,9 @@ and the offline preview run. The function's docstring is the reason for the rule
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -26,6 +27,37 @@ DOCS: dict[str, Callable[..., None]] = {}
 
 ResourceCheck = Callable[[ResourceValidationArgs, ReportViolation], None]
 StackCheck = Callable[[StackValidationArgs, ReportViolation], None]
+
+
+class Suppressed(NamedTuple):
+    """A finding a suppression kept from failing: still reported, as suppressed."""
+    rule: str
+    urn: str | None
+    message: str
+    reason: str
+
+
+# Where suppressed findings go while someone records them (the offline preview's report);
+# under the engine nothing does, and a suppression is seen where it lives: the stack's policy
+# config or the object's annotation, both in the reviewed change.
+_recording: list[list[Suppressed]] = []
+
+
+@contextmanager
+def recording_suppressions() -> Iterator[list[Suppressed]]:
+    found: list[Suppressed] = []
+    _recording.append(found)
+    try:
+        yield found
+    finally:
+        _recording.remove(found)
+
+
+def _note(rule: str, urn: str | None, reason: str) -> ReportViolation:
+    def report(message: str, _urn: str | None = None) -> None:
+        for found in _recording:
+            found.append(Suppressed(rule, urn or _urn, message, reason))
+    return report
 
 
 def _register(policy: ResourceValidationPolicy | StackValidationPolicy) -> None:
@@ -52,8 +84,11 @@ def resource_rule(
             raise ValueError(f"rule {name!r} needs a docstring giving its reason")
 
         def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-            if applies(args.resource_type) and not suppressed(name, args, args.name, args.props):
-                fn(args, report)
+            if not applies(args.resource_type):
+                return
+            reason = suppression(name, args, args.name, args.props)
+            # A suppressed rule still runs: what it would have reported is recorded as such.
+            fn(args, report if reason is None else _note(name, args.urn, reason))
 
         _register(ResourceValidationPolicy(
             name=name, description=description, validate=validate, enforcement_level=level))
@@ -76,8 +111,11 @@ def stack_rule(
 
             def filtered(message: str, urn: str | None = None) -> None:
                 res = by_urn.get(urn or "")
-                if res is None or not suppressed(name, args, res.name, res.props):
+                reason = None if res is None else suppression(name, args, res.name, res.props)
+                if reason is None:
                     report(message, urn)
+                else:
+                    _note(name, urn, reason)(message)
 
             fn(args, filtered)
 
@@ -98,8 +136,8 @@ def policy_config(args: Any) -> Any:
 SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
 
 
-def suppressed(rule: str, args: Any, resource_name: str, props: Any) -> bool:
-    """A rule is suppressed for one resource, with a reason, by either
+def suppression(rule: str, args: Any, resource_name: str, props: Any) -> str | None:
+    """The reason `rule` is suppressed for one resource, or None. Suppressed by either
     * the policy config: `{"<rule>": {"suppress": [{"name": "<resource name or glob>",
       "reason": "..."}]}}` (resource name = the Pulumi name or metadata.name), or
     * an annotation on the object: `gpucluster.io/policy-suppress: "<rule>: <reason>"`
@@ -113,14 +151,15 @@ def suppressed(rule: str, args: Any, resource_name: str, props: Any) -> bool:
         pattern, reason = get(entry, "name"), get(entry, "reason")
         if (isinstance(pattern, str) and isinstance(reason, str) and reason.strip()
                 and any(fnmatch.fnmatchcase(str(n), pattern) for n in names)):
-            return True
+            return reason.strip()
     note = get(props, "metadata", "annotations", SUPPRESS_ANNOTATION)
     if isinstance(note, str):
         for item in note.split(";"):
             rid, _, reason = item.partition(":")
             if rid.strip() == rule and reason.strip():
-                return True
-    return False
+                return reason.strip()
+    return None
+
 
 
 def get(obj: Any, *path: Any) -> Any:

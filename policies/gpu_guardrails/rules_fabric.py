@@ -55,7 +55,7 @@ def fabric_facts_published(args: ResourceValidationArgs, report: ReportViolation
 def fabric_non_blocking(args: ResourceValidationArgs, report: ReportViolation) -> None:
     """All-reduce across nodes runs at the bisection bandwidth: a 2:1 leaf halves the
     inter-node bus bandwidth of every job that spans leaves, and nothing reports it — the
-    NCCL test just comes out at 50 %. (The design documents' "~80 cables" plan is 4:1.)"""
+    NCCL test just comes out at 50 %. (~80 cables for 8 DGX H100s would be 4:1.)"""
     for name, s in _switches(args):
         if get(s, "role") != "leaf":
             continue

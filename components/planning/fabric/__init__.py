@@ -19,7 +19,6 @@ from .model import (
     PlaceholderSummary,
     PlanError,
     RailPlacement,
-    SeedsCheck,
     SmHost,
     SmPlacement,
     Switch,
@@ -31,7 +30,7 @@ from .verify import Finding, Report, compare, verify_files, verify_plan
 __all__ = [
     "BomLine", "Cable", "Endpoint", "FabricNode", "FabricPlan", "FabricSpec", "Finding",
     "HcaPort", "NodePlacement", "Partition", "PlaceholderSummary", "PlanError",
-    "RailPlacement", "Report", "SeedsCheck", "SmHost", "SmPlacement", "Switch", "Topology",
+    "RailPlacement", "Report", "SmHost", "SmPlacement", "Switch", "Topology",
     "compare", "parse_ibnetdiscover", "plan_fabric", "plan_warnings", "render_fabric_files",
     "render_topology_net", "summary", "verify_files", "verify_plan",
 ]

@@ -1,4 +1,4 @@
-"""Cable media, bill of materials and the seeds' estimate check.
+"""Cable media and bill of materials.
 
 Hardware, as NVIDIA's guides describe it (docs/cabling.md quotes and links them):
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
-from .model import BomLine, Cable, Endpoint, FabricSpec, Media, SeedsCheck, Switch
+from .model import BomLine, Cable, Endpoint, FabricSpec, Media, Switch
 
 PARTS = {
     "switch": "MQM9700-NS2F",
@@ -288,35 +288,3 @@ def build_bom(switches: Sequence[Switch], cables: Sequence[Cable], spec: FabricS
 
 def physical_cables(bom: Sequence[BomLine]) -> int:
     return sum(b.quantity for b in bom if b.category == "cable")
-
-
-SEED_LEAVES, SEED_SPINES, SEED_CABLES = 2, 2, 80
-
-
-def seeds_check(switches: Sequence[Switch], cables: Sequence[Cable], bom: Sequence[BomLine]
-                ) -> SeedsCheck:
-    """The seed document (section 1.3) lists, for 8 nodes: 2 leaf + 2 core QM9700, ~80 cables."""
-    hca = sum(1 for c in cables if c.kind == "hca")
-    up = sum(1 for c in cables if c.kind in ("leaf-spine", "spine-core"))
-    sm = sum(1 for c in cables if c.kind == "sm")
-    leaves = sum(1 for s in switches if s.role == "leaf")
-    spines = sum(1 for s in switches if s.role != "leaf")
-    seed_up = SEED_CABLES - hca
-    seed_over = f"{hca}:{seed_up} = {hca / seed_up:g}:1" if seed_up > 0 else "n/a"
-    links = hca + up + sm
-    if (leaves, spines) == (SEED_LEAVES, SEED_SPINES):
-        switch_text = "switch count matches (2 leaf + 2 spine)"
-    else:
-        switch_text = (f"switches differ: {leaves} leaf + {spines} upper-tier vs the seeds' "
-                       f"{SEED_LEAVES} + {SEED_SPINES}")
-    verdict = (
-        f"{switch_text}; this 1:1 tree cables {hca} HCA links + {up} uplinks (every leaf's "
-        "up half, so filling a leaf never re-cables)"
-        + (f" + {sm} SM host links" if sm else "")
-        + f" = {links} 400G links ({physical_cables(bom)} physical cables incl. twin/splitter "
-        f"DACs), not ~{SEED_CABLES}"
-        + (f"; ~{SEED_CABLES} would leave {seed_up} uplinks for {hca} HCA links, "
-           f"{seed_over} oversubscribed" if seed_up > 0 else "")
-    )
-    return SeedsCheck(SEED_LEAVES, SEED_SPINES, SEED_CABLES, leaves, spines, hca, up, sm,
-                      physical_cables(bom), seed_over, verdict)

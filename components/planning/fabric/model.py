@@ -225,23 +225,6 @@ class BomLine:
 
 
 @dataclass(frozen=True, slots=True)
-class SeedsCheck:
-    """The seed document's 8-node IB estimate against this plan (quoted by the README)."""
-
-    seed_leaves: int
-    seed_spines: int
-    seed_cables: int
-    leaves: int
-    spines: int
-    hca_links: int
-    uplink_links: int
-    sm_links: int
-    physical_cables: int
-    seed_oversubscription: str  # what ~80 cables would mean: 64 HCA links + 16 uplinks
-    verdict: str
-
-
-@dataclass(frozen=True, slots=True)
 class PlaceholderSummary:
     hca_guids: int
     sm_guids: int
@@ -271,7 +254,6 @@ class FabricPlan:
     bisection_tbps: float
     oversubscription: float  # worst leaf (or spine) used-downlinks / uplinks; <= 1 is 1:1
     placeholders: PlaceholderSummary
-    seeds_check: SeedsCheck
     warnings: tuple[str, ...] = ()
 
     def switch(self, name: str) -> Switch:

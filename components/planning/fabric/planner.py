@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from . import guids as G
-from .bom import assign_media, build_bom, seeds_check
+from .bom import assign_media, build_bom
 from .model import (
     Cable,
     CableKind,
@@ -426,7 +426,7 @@ def plan_fabric(
         switches=tuple(switches), cables=cables, nodes=placements, sm=sm_out, bom=bom,
         hca_ports=len(hca_cables), bisection_tbps=min(cuts) * spec.link_gbps / 2 / 1000,
         oversubscription=round(over, 4), placeholders=guids.summary,
-        seeds_check=seeds_check(switches, cables, bom), warnings=tuple(warnings),
+        warnings=tuple(warnings),
     )
 
 

@@ -60,7 +60,6 @@ def _cages(plan: FabricPlan) -> dict[str, int]:
 
 def summary(plan: FabricPlan) -> dict[str, Any]:
     """Key numbers for the preview, outputs and README (JSON-friendly)."""
-    sc = plan.seeds_check
     return {
         "tiers": plan.tiers,
         "nodes": len(plan.nodes),
@@ -73,13 +72,6 @@ def summary(plan: FabricPlan) -> dict[str, Any]:
         "bom": [{"item": b.item, "part": b.part, "quantity": b.quantity} for b in plan.bom],
         "cages": _cages(plan),
         "placeholders": plan.placeholders.message(),
-        "seeds_check": {
-            "seed": f"{sc.seed_leaves} leaf + {sc.seed_spines} core, ~{sc.seed_cables} cables",
-            "planned": f"{sc.leaves} leaf + {sc.spines} upper-tier, "
-                       f"{sc.hca_links + sc.uplink_links + sc.sm_links} links "
-                       f"({sc.physical_cables} physical cables)",
-            "verdict": sc.verdict,
-        },
         "warnings": list(plan.warnings),
     }
 
@@ -131,8 +123,6 @@ def report_lines(plan: FabricPlan) -> list[str]:
     lines.append(f"  OSFP cages in use: {cg['dgx']} DGX H100 (2 rails each), {cg['switch']} "
                  f"switch (2 ports each), {cg['adapter']} single-port adapters; "
                  f"{cg['fibers']} fibers + {cg['dacs']} DACs")
-    lines.append(f"  design documents' estimate: {s['seeds_check']['seed']} -> planned "
-                 f"{s['seeds_check']['planned']}")
     lines.append(f"  GUIDs: {s['placeholders']}")
     lines += [f"  warning: {w}" for w in plan_warnings(plan)]
     return lines

@@ -54,8 +54,9 @@ class Report:
         return sum(1 for f in self.findings if f.kind == kind)
 
     def text(self) -> str:
-        head = (f"planned {self.planned_nodes} nodes / {self.planned_links} links, discovered "
-                f"{self.discovered_nodes} nodes / {self.discovered_links} links: ")
+        head = (f"planned {self.planned_nodes} InfiniBand nodes (HCAs and switches) / "
+                f"{self.planned_links} links, discovered {self.discovered_nodes} nodes / "
+                f"{self.discovered_links} links: ")
         if self.ok:
             return head + "fabric matches the plan\n"
         kinds = sorted({f.kind for f in self.findings}, key=_ORDER.__getitem__)
