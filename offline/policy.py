@@ -48,6 +48,7 @@ from .model import Plan, Resource
 LEVEL_ORDER = ("mandatory", "advisory", "disabled")
 # A finding a suppression (with its reason) keeps from failing: listed, never enforced.
 SUPPRESSED = "suppressed"
+_REPORT_ORDER = (*LEVEL_ORDER, SUPPRESSED)
 PACK_NAME = "gpu-guardrails"
 RULES_MODULE = "gpu_guardrails"
 
@@ -70,8 +71,7 @@ class Violation:
         return row | ({"reason": self.reason} if self.level == SUPPRESSED else {})
 
     def sort_key(self) -> tuple[int, str, str, str]:
-        return (LEVEL_ORDER.index(self.level) if self.level in LEVEL_ORDER else 8
-                if self.level == SUPPRESSED else 9,
+        return (_REPORT_ORDER.index(self.level) if self.level in _REPORT_ORDER else 9,
                 self.policy, self.resource or "", self.message)
 
 
@@ -214,20 +214,19 @@ def _scrub(message: str, secrets: set[str]) -> str:
 def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                  extra_secrets: set[str] = frozenset()) -> list[Violation]:  # type: ignore[assignment]
     """Violations, and the findings suppressions keep from failing (level SUPPRESSED)."""
-    if pack.record_suppressions is None:
-        return _run_policies(plan, pack, config, extra_secrets)
     secrets = set(plan.secret_strings) | set(extra_secrets)
+    if pack.record_suppressions is None:
+        return _run_policies(plan, pack, config, secrets)
     with pack.record_suppressions() as suppressed:
-        found = _run_policies(plan, pack, config, extra_secrets)
+        found = _run_policies(plan, pack, config, secrets)
     found += [Violation(SUPPRESSED, s.rule, s.urn, _scrub(s.message, secrets),
                         _scrub(s.reason, secrets)) for s in set(suppressed)]
     return sorted(set(found), key=Violation.sort_key)
 
 
 def _run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
-                  extra_secrets: set[str]) -> list[Violation]:
+                  secrets: set[str]) -> list[Violation]:
     resolved = resolve(pack, config)
-    secrets = set(plan.secret_strings) | set(extra_secrets)
     found: list[Violation] = []
 
     def level_name(lvl: EnforcementLevel) -> str:
