@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEB_PACKAGES := opensm ibsim-utils infiniband-diags shellcheck bubblewrap openssl nftables
 DISCOVERED ?=
 
-.PHONY: preview render test bench lint verify-fabric deps clean engine k8s-tools twin e2e lock
+.PHONY: preview render test test-fast bench lint verify-fabric deps clean engine k8s-tools twin e2e lock
 
 # requirements*.txt are lock files (every package, transitive ones too, pinned with the
 # sha256 of each of its files): pip refuses anything not in them or not matching a hash.
@@ -53,7 +53,15 @@ render: $(VENV)/.installed
 
 test: $(VENV)/.installed deps k8s-tools
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
+
+# The developer loop: lint, types and the tests not marked `slow` (those need the subnet
+# manager, the twin's control plane, the Pulumi CLI or other built tools).
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed
 	$(PY) -m offline bench
@@ -69,6 +77,7 @@ verify-fabric: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # The real Pulumi engine (CLI, Python language host, command and kubernetes providers), built
 # from its Go modules into a cache; prints the bin directory to put on PATH.

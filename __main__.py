@@ -6,8 +6,9 @@ import pulumi
 
 from components.blueprint import build
 from components.collector import tune_collector
-from components.config import ConfigError, load_config
+from components.config_types import ConfigError
 from components.planning.kubeadm import endpoint
+from components.stack_config import load_config
 
 tune_collector()
 try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pulumi
 
+from components import bring_up
 from components.bootstrap import (
     ControlPlaneHost,
     KubeadmCluster,
@@ -20,21 +21,17 @@ from components.bootstrap import (
     KubernetesUpgrade,
     PlannedReboot,
 )
-from components.config import CLUSTER_KEY, Cluster, GpuNode, Secrets
-from components.fabric import (
-    FabricArgs,
-    InfinibandFabric,
-    SubnetManagerArgs,
-    SwitchArgs,
-    sm_apply_script,
-    sm_host_files,
-    sm_restart_order,
-)
+from components.config import Cluster
+from components.config_types import CLUSTER_KEY
+from components.fabric import FabricArgs, InfinibandFabric, SubnetManagerArgs, SwitchArgs
+from components.gpu_nodes import GpuNode
 from components.hardware import BareMetalNodeArgs, Hardware
 from components.kube import cluster_provider
 from components.planning import (
+    acceptance,
     bmc,
     host_scripts,
+    inference,
     kubeadm,
     placement,
     platform,
@@ -42,14 +39,15 @@ from components.planning import (
     ssh_keys,
     storage,
     switch_config,
+    training,
     upgrade,
-    workloads,
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
-from components.planning.fabric.render import report_lines as fabric_report
+from components.planning.subnet_manager import sm_apply_script, sm_host_files, sm_restart_order
 from components.platform import Platform, PlatformArgs
 from components.remote import connection
+from components.stack_config import Secrets
 from components.storage import Storage, StorageArgs
 from components.workloads import AcceptanceGate, ControlPlaneSetup, Workload, WorkloadArgs
 
@@ -71,36 +69,12 @@ class Blueprint:
 
     @property
     def report(self) -> list[str]:
-        """What a reviewer reads in the preview besides the diff: fabric and bring-up order."""
-        c = self.cluster
-        workers = [n.hostname for n in _owned_nodes(c)]
-        order = []
-        if self.fabric is not None:
-            order += [
-                f"prepare hosts ({len(self.hardware.nodes) if self.hardware else 0}: drivers, "
-                "kernel, containerd, scratch RAID0, LNet)",
-                "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
-                                                for sm in c.fabric.subnet_managers),
-                f"switch settings: {len(self.fabric.switches)} switches",
-                f"kubeadm init on {c.control_plane[0].hostname}, then the kubelet settings "
-                "joining nodes read" + _ha_joins(c),
-            ]
-        if workers:
-            order.append(f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each "
-                         "after its planned reboot when its boot settings need one (kernel "
-                         f"arguments), with its own {c.kubernetes.join_token_ttl_minutes}-minute "
-                         "token")
-        if self.platform is not None and self.storage is not None:
-            order += ["platform: " + " -> ".join(self.platform.releases),
-                      f"storage: {len(self.storage.claims)} Lustre volume claims"]
-        if self.workloads:
-            order.append("workloads: " + ", ".join(self.workloads))
-        if c.split is not None:
-            order.insert(0, f"this stack is the {c.split.part} part of a split site"
-                         + (f" (SUs {', '.join(map(str, c.split.sus))})" if c.split.sus else ""))
-        fabric = fabric_report(self.fabric_plan) if self.fabric is not None else []
-        return fabric + ["Bring-up order:"] + [
-            f"  {i}. {step}" for i, step in enumerate(order, 1)]
+        """What a reviewer reads in the preview besides the diff (`bring_up.report_lines`)."""
+        return bring_up.report_lines(self)
+
+    @property
+    def owned_nodes(self) -> tuple[GpuNode, ...]:
+        return _owned_nodes(self.cluster)
 
 
 def _builds(cluster: Cluster, *parts: str) -> bool:
@@ -117,18 +91,64 @@ def _owned_nodes(cluster: Cluster) -> tuple[GpuNode, ...]:
     return tuple(n for n in cluster.nodes if n.su in cluster.split.sus)
 
 
+Artifacts = dict[str, str]  # relative path under build/<stack>/ -> text
+
+
 def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     """Every layer, or one part of a split site (`split`): core (hosts, fabric, control
     plane), nodes (the GPU nodes of some SUs), platform (with storage) or workloads."""
-    artifacts: dict[str, str] = {}
     fabric_plan = placement.plan(cluster)
     core = _builds(cluster, "core")
     nodes = _owned_nodes(cluster)
     # The fabric files are the core part's: only it pushes them to the subnet managers.
     fabric_files = render_fabric_files(fabric_plan) if core else {}
-    artifacts.update(fabric_files)
+    artifacts: Artifacts = dict(fabric_files)
 
-    # hardware
+    hardware, files = _hardware_layer(cluster, secrets, nodes, core)
+    artifacts |= files
+    fabric = None
+    if core:
+        fabric, files = _fabric_layer(cluster, secrets, fabric_plan, fabric_files,
+                                      _require(hardware, "the core part prepares its hosts"))
+        artifacts |= files
+
+    cp = _control_plane_host(cluster, secrets, hardware)
+    reference = None
+    if cluster.split is not None and cluster.split.kubernetes_stack:
+        # The core stack's kubeconfig output (a secret) builds this stack's provider.
+        reference = pulumi.StackReference(cluster.split.kubernetes_stack)
+    kube = None
+    if core or nodes:
+        kube, files = _bootstrap_layer(
+            cluster, fabric_plan, _require(hardware, "a part with hosts prepares them"), cp,
+            nodes, core, reference, fabric)
+        artifacts |= files
+    provider = kube.provider if kube is not None else None
+    if provider is None and reference is not None:
+        provider = cluster_provider(cluster.name, _core_kubeconfig(reference, cluster))
+
+    plat = store = None
+    if _builds(cluster, "platform"):
+        plat, store = _platform_layer(cluster, fabric_plan, provider, cp, kube)
+    apps: dict[str, Workload] = {}
+    if _builds(cluster, "workloads"):
+        apps, files = _workload_layer(cluster, provider, cp, kube, [
+            r for r in (store, plat) if r is not None])
+        artifacts |= files
+    return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
+                     dict(sorted(artifacts.items())))
+
+
+def _require(component: Hardware | None, why: str) -> Hardware:
+    if component is None:
+        raise RuntimeError(f"no hosts were prepared, yet {why}: a bug in blueprint.build")
+    return component
+
+
+def _hardware_layer(cluster: Cluster, secrets: Secrets, nodes: Sequence[GpuNode],
+                    core: bool) -> tuple[Hardware | None, Artifacts]:
+    """Host preparation: the core part's hosts (control planes, SM hosts), the owned nodes."""
+    artifacts: Artifacts = {}
     host_args: dict[str, BareMetalNodeArgs] = {}
     for host in cluster.hosts if core else ():
         script = host_scripts.prepare_host(cluster, host, CLUSTER_KEY)
@@ -140,180 +160,185 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         host_args[node.hostname] = _host(cluster, secrets, node.hostname, "gpu-worker",
                                          str(node.management_ip), node.ssh_host_key, script,
                                          node.bmc_address)
-    for host, args in host_args.items():
-        artifacts[f"scripts/{host}/prepare-host.sh"] = args.prepare_script
+    for name, args in host_args.items():
+        artifacts[f"scripts/{name}/prepare-host.sh"] = args.prepare_script
         if args.authorized_keys_script:
-            artifacts[f"scripts/{host}/ssh-keys.sh"] = args.authorized_keys_script
+            artifacts[f"scripts/{name}/ssh-keys.sh"] = args.authorized_keys_script
     if (reservations := host_scripts.dhcp_hosts(nodes)):
         artifacts["network/dhcp-hosts"] = reservations
-    hardware = Hardware("hardware", host_args) if host_args else None
+    return (Hardware("hardware", host_args) if host_args else None), artifacts
 
-    # fabric
-    fabric = None
-    if core:
-        assert hardware is not None
-        sm_of = {sm.hostname: sm for sm in fabric_plan.sm}
-        order = sm_restart_order({h: sm.priority for h, sm in sm_of.items()})
-        subnet_managers = {}
-        for host in order:  # the master is last
-            files = sm_host_files(fabric_files, host)
-            script = sm_apply_script(files, sm_of[host].hca, host == order[-1])
-            artifacts[f"scripts/{host}/apply-opensm.sh"] = script
-            subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script)
-        domain = cluster.network.domain
-        ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
-        switches = {
-            name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
-                             host_key=keys.get(name),
-                             password=secrets.switch_password_for(name),
-                             cli=switch_config.switch_cli(name, ports,
-                                                          host_sm=bool(fabric_plan.sm),
-                                                          radix=cluster.fabric.radix))
-            for name, ports in switch_config.port_maps(fabric_plan).items()
-        }
-        for name, sw in switches.items():
-            artifacts[f"fabric/switches/{name}.cli"] = sw.cli
-        fabric = InfinibandFabric("fabric", FabricArgs(
-            sm_hosts=subnet_managers,
-            switches=switches, switch_user=cluster.fabric.switch_user,
-            switch_password=secrets.switch_password,
-            sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)))
 
-    # bootstrap
+def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
+                  fabric_files: Artifacts, hardware: Hardware
+                  ) -> tuple[InfinibandFabric, Artifacts]:
+    """The subnet managers' files (standbys first, the master last) and every switch's port
+    map."""
+    artifacts: Artifacts = {}
+    sm_of = {sm.hostname: sm for sm in fabric_plan.sm}
+    order = sm_restart_order({h: sm.priority for h, sm in sm_of.items()})
+    subnet_managers = {}
+    for host in order:  # the master is last
+        files = sm_host_files(fabric_files, host)
+        script = sm_apply_script(files, sm_of[host].hca, host == order[-1])
+        artifacts[f"scripts/{host}/apply-opensm.sh"] = script
+        subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script)
+    domain = cluster.network.domain
+    ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
+    switches = {
+        name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
+                         host_key=keys.get(name),
+                         password=secrets.switch_password_for(name),
+                         cli=switch_config.switch_cli(name, ports,
+                                                      host_sm=bool(fabric_plan.sm),
+                                                      radix=cluster.fabric.radix))
+        for name, ports in switch_config.port_maps(fabric_plan).items()
+    }
+    for name, sw in switches.items():
+        artifacts[f"fabric/switches/{name}.cli"] = sw.cli
+    fabric = InfinibandFabric("fabric", FabricArgs(
+        sm_hosts=subnet_managers,
+        switches=switches, switch_user=cluster.fabric.switch_user,
+        switch_password=secrets.switch_password,
+        sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)))
+    return fabric, artifacts
+
+
+def _bootstrap_layer(cluster: Cluster, fabric_plan: FabricPlan, hardware: Hardware,
+                     cp: ControlPlaneHost, nodes: Sequence[GpuNode], core: bool,
+                     reference: pulumi.StackReference | None,
+                     fabric: InfinibandFabric | None) -> tuple[KubeadmCluster, Artifacts]:
+    """kubeadm: init and the control-plane joins (core), the owned nodes' joins, planned
+    reboots and upgrades."""
     init_host = cluster.control_plane[0]
-    cp = _control_plane_host(cluster, secrets, hardware)
-    kube = None
-    reference = None
-    if cluster.split is not None and cluster.split.kubernetes_stack:
-        # The core stack's kubeconfig output (a secret) builds this stack's provider.
-        reference = pulumi.StackReference(cluster.split.kubernetes_stack)
-    if core or nodes:
-        init_script = kubeadm.init_script(cluster, init_host) if core else None
-        join_scripts = {n.hostname: kubeadm.join_script(cluster, n) for n in nodes}
-        kubelet_script = kubeadm.kubelet_config_script(cluster, init_host) if core else None
-        if init_script:
-            artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
-            # What every API server reads (--admission-control-config-file); the twin too.
-            artifacts["kubernetes/admission-config.yaml"] = \
-                kubeadm.admission_configuration_yaml(cluster)
-            artifacts["kubernetes/authentication-config.yaml"] = \
-                kubeadm.authentication_configuration_yaml(cluster)
-        if kubelet_script:
-            artifacts[f"scripts/{init_host.hostname}/kubelet-config.sh"] = kubelet_script
-        for host, script in join_scripts.items():
-            artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
-        cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
-                      for h in cluster.control_plane[1:]} if core else {}
-        for host, script in cp_scripts.items():
-            artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
-        identities = {h.hostname: kubeadm.identities_script(cluster, h)
-                      for h in cluster.control_plane} if core else {}
-        for host, script in identities.items():
-            artifacts[f"scripts/{host}/identities.sh"] = script
-        reboots = {n.hostname: _planned_reboot(n) for n in nodes}
-        for host, plan in reboots.items():
-            for i, step in enumerate(("check", "drain", "reboot", "after_boot", "uncordon"), 1):
-                artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
-                    getattr(plan, step)
-        kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
-        artifacts |= _upgrade_artifacts(kube_upgrade)
-        leaves = placement.rail_leaves(fabric_plan)
-        assert hardware is not None
-        kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
-            cluster_name=cluster.name,
-            init_host=cp,
-            init_script=init_script,
-            token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
-            workers={n.hostname: hardware.nodes[n.hostname] for n in nodes},
-            join_scripts=join_scripts,
-            control_planes={h: hardware.nodes[h] for h in cp_scripts},
-            control_plane_scripts=cp_scripts,
-            identities_scripts=identities,
-            stack_kubeconfig_command=kubeadm.stack_kubeconfig_command(cluster) if core else None,
-            node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
-                         for n in nodes},
-            kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
-            kubelet_config_script=kubelet_script,
-            reboots=reboots,
-            decommission=frozenset(cluster.gpu_nodes.decommission),
-            upgrade=kube_upgrade,
-        ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
-    provider = kube.provider if kube is not None else None
-    if provider is None and reference is not None:
-        provider = cluster_provider(cluster.name, _core_kubeconfig(reference, cluster))
+    init_script = kubeadm.init_script(cluster, init_host) if core else None
+    join_scripts = {n.hostname: kubeadm.join_script(cluster, n) for n in nodes}
+    kubelet_script = kubeadm.kubelet_config_script(cluster, init_host) if core else None
+    cp_scripts = {h.hostname: kubeadm.control_plane_join_script(cluster, h)
+                  for h in cluster.control_plane[1:]} if core else {}
+    identities = {h.hostname: kubeadm.identities_script(cluster, h)
+                  for h in cluster.control_plane} if core else {}
+    reboots = {n.hostname: _planned_reboot(n) for n in nodes}
+    kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
+    leaves = placement.rail_leaves(fabric_plan)
+    kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
+        cluster_name=cluster.name,
+        init_host=cp,
+        init_script=init_script,
+        token_ttl_minutes=cluster.kubernetes.join_token_ttl_minutes,
+        workers={n.hostname: hardware.nodes[n.hostname] for n in nodes},
+        join_scripts=join_scripts,
+        control_planes={h: hardware.nodes[h] for h in cp_scripts},
+        control_plane_scripts=cp_scripts,
+        identities_scripts=identities,
+        stack_kubeconfig_command=kubeadm.stack_kubeconfig_command(cluster) if core else None,
+        node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
+                     for n in nodes},
+        kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
+        kubelet_config_script=kubelet_script,
+        reboots=reboots,
+        decommission=frozenset(cluster.gpu_nodes.decommission),
+        upgrade=kube_upgrade,
+    ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
+
+    artifacts: Artifacts = {}
+    if init_script:
+        artifacts[f"scripts/{init_host.hostname}/kubeadm-init.sh"] = init_script
+        # What every API server reads (--admission-control-config-file); the twin too.
+        artifacts["kubernetes/admission-config.yaml"] = \
+            kubeadm.admission_configuration_yaml(cluster)
+        artifacts["kubernetes/authentication-config.yaml"] = \
+            kubeadm.authentication_configuration_yaml(cluster)
+    if kubelet_script:
+        artifacts[f"scripts/{init_host.hostname}/kubelet-config.sh"] = kubelet_script
+    for host, script in join_scripts.items():
+        artifacts[f"scripts/{host}/kubeadm-join.sh"] = script
+    for host, script in cp_scripts.items():
+        artifacts[f"scripts/{host}/kubeadm-join-control-plane.sh"] = script
+    for host, script in identities.items():
+        artifacts[f"scripts/{host}/identities.sh"] = script
+    for host, plan in reboots.items():
+        for i, step in enumerate(("check", "drain", "reboot", "after_boot", "uncordon"), 1):
+            artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
+                getattr(plan, step)
+    return kube, artifacts | _upgrade_artifacts(kube_upgrade)
+
+
+def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
+                    cp: ControlPlaneHost, kube: KubeadmCluster | None
+                    ) -> tuple[Platform, Storage]:
+    """The platform releases and their objects, then the Lustre volumes."""
     after_kube = [kube] if kube is not None else []
+    with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
+              / "kustomization.yaml") as f:
+        platform.check_training_operator_dir(f.read(),
+                                             cluster.platform.training_operator.version)
+    plat = Platform("platform", PlatformArgs(
+        provider=provider,
+        namespaces=platform.namespaces(cluster),
+        network_policies=platform.network_policies(cluster),
+        admission_policies=platform.rdma_pod_policy(cluster),
+        access_bindings=platform.access_bindings(cluster),
+        releases=platform.helm_releases(cluster),
+        release_objects={
+            "metallb": platform.metallb_objects(cluster),
+            "cert-manager": platform.cert_manager_objects(cluster),
+            "network-operator": [platform.nic_cluster_policy(cluster),
+                                 platform.ip_pool(cluster)],
+            "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
+        },
+        network_attachments=platform.network_attachments(
+            cluster, platform.training_namespaces(cluster)),
+        training_operator_dir=platform.TRAINING_OPERATOR_DIR,
+        priority_classes=platform.priority_classes(),
+        wait_connection=cp.connection,
+    ), pulumi.ResourceOptions(depends_on=after_kube))
+    store = Storage("storage", StorageArgs(
+        provider=provider, csi_driver=storage.csi_driver_objects(cluster),
+        volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
+        pulumi.ResourceOptions(depends_on=after_kube))
+    return plat, store
 
-    # platform
-    plat = store = None
-    if _builds(cluster, "platform"):
-        with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
-                  / "kustomization.yaml") as f:
-            platform.check_training_operator_dir(f.read(),
-                                                 cluster.platform.training_operator.version)
-        plat = Platform("platform", PlatformArgs(
-            provider=provider,
-            namespaces=platform.namespaces(cluster),
-            network_policies=platform.network_policies(cluster),
-            admission_policies=platform.rdma_pod_policy(cluster),
-            access_bindings=platform.access_bindings(cluster),
-            releases=platform.helm_releases(cluster),
-            release_objects={
-                "metallb": platform.metallb_objects(cluster),
-                "cert-manager": platform.cert_manager_objects(cluster),
-                "network-operator": [platform.nic_cluster_policy(cluster),
-                                     platform.ip_pool(cluster)],
-                "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
-            },
-            network_attachments=platform.network_attachments(
-                cluster, platform.training_namespaces(cluster)),
-            training_operator_dir=platform.TRAINING_OPERATOR_DIR,
-            priority_classes=platform.priority_classes(),
-            wait_connection=cp.connection,
-        ), pulumi.ResourceOptions(depends_on=after_kube))
 
-        # storage
-        store = Storage("storage", StorageArgs(
-            provider=provider, csi_driver=storage.csi_driver_objects(cluster),
-            volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
-            pulumi.ResourceOptions(depends_on=after_kube))
-
-    # workloads
+def _workload_layer(cluster: Cluster, provider: Any, cp: ControlPlaneHost,
+                    kube: KubeadmCluster | None, ready: list[Any]
+                    ) -> tuple[dict[str, Workload], Artifacts]:
+    """The acceptance test and its gate first, then training and serving."""
+    artifacts: Artifacts = {}
     apps: dict[str, Workload] = {}
-    if _builds(cluster, "workloads"):
-        ready: list[Any] = [r for r in (store, plat) if r is not None]
-        # Jobs sized by node count are resized only once the decommissioned nodes are drained.
-        ready += list(kube.decommissions.values()) if kube is not None else []
-        test = cluster.workloads.nccl_test
-        if test is not None:
-            # The fabric acceptance test runs first and alone, on every GPU node it names:
-            # nccl-tests, checked on the control plane after the MPIJob finishes; a failed
-            # check fails `pulumi up`, and training and serving are created only after it.
-            gate_script = workloads.nccl_gate_script(cluster, test)
-            artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
-            gate = AcceptanceGate(connection=cp.connection, script=gate_script,
-                                  depends_on=[kube.init] if kube and kube.init else []) \
-                if test.gate else None
-            apps[test.name] = Workload(test.name, WorkloadArgs(
-                provider=provider, manifests=[workloads.nccl_test_mpijob(cluster, test)],
-                depends_on=ready, gate=gate))
-            if apps[test.name].gate is not None:
-                ready = [*ready, apps[test.name].gate]
-        apps |= {
-            job.name: Workload(job.name, WorkloadArgs(
-                provider=provider, manifests=workloads.training_objects(cluster, job),
-                depends_on=ready))
-            for job in cluster.workloads.training
-        }
-        for svc in cluster.workloads.inference:
-            key = workloads.api_key_script(svc)
-            artifacts[f"scripts/{init_host.hostname}/{svc.name}-api-key.sh"] = key
-            apps[svc.name] = Workload(svc.name, WorkloadArgs(
-                provider=provider, manifests=workloads.inference_objects(cluster, svc),
-                depends_on=ready, setup=ControlPlaneSetup(
-                    connection=cp.connection, script=key,
-                    delete=workloads.api_key_delete_command(svc))))
-    return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
-                     dict(sorted(artifacts.items())))
+    init_host = cluster.control_plane[0]
+    # Jobs sized by node count are resized only once the decommissioned nodes are drained.
+    ready = ready + (list(kube.decommissions.values()) if kube is not None else [])
+    test = cluster.workloads.nccl_test
+    if test is not None:
+        # The fabric acceptance test runs first and alone, on every GPU node it names:
+        # nccl-tests, checked on the control plane after the MPIJob finishes; a failed
+        # check fails `pulumi up`, and training and serving are created only after it.
+        gate_script = acceptance.nccl_gate_script(cluster, test)
+        artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
+        gate = AcceptanceGate(connection=cp.connection, script=gate_script,
+                              depends_on=[kube.init] if kube and kube.init else []) \
+            if test.gate else None
+        apps[test.name] = Workload(test.name, WorkloadArgs(
+            provider=provider, manifests=[acceptance.nccl_test_mpijob(cluster, test)],
+            depends_on=ready, gate=gate))
+        if apps[test.name].gate is not None:
+            ready = [*ready, apps[test.name].gate]
+    apps |= {
+        job.name: Workload(job.name, WorkloadArgs(
+            provider=provider, manifests=training.training_objects(cluster, job),
+            depends_on=ready))
+        for job in cluster.workloads.training
+    }
+    for svc in cluster.workloads.inference:
+        key = inference.api_key_script(svc)
+        artifacts[f"scripts/{init_host.hostname}/{svc.name}-api-key.sh"] = key
+        apps[svc.name] = Workload(svc.name, WorkloadArgs(
+            provider=provider, manifests=inference.inference_objects(cluster, svc),
+            depends_on=ready, setup=ControlPlaneSetup(
+                connection=cp.connection, script=key,
+                delete=inference.api_key_delete_command(svc))))
+    return apps, artifacts
 
 
 def _core_kubeconfig(reference: pulumi.StackReference, cluster: Cluster) -> pulumi.Output[Any]:
@@ -397,15 +422,3 @@ def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address:
                              ssh_host_key=host_key, prepare_script=script,
                              bmc_command=redfish, bmc_password=secrets.bmc_password_for(hostname),
                              authorized_keys_script=keys)
-
-
-def _ha_joins(c: Cluster) -> str:
-    if len(c.control_plane) < 2:
-        return ""
-    others = ", ".join(h.hostname for h in c.control_plane[1:])
-    vip = c.kubernetes.control_plane_endpoint.vip
-    return f", then control-plane joins one at a time: {others} (kube-vip VIP {vip})"
-
-
-def _span(names: list[str]) -> str:
-    return f"{names[0]} … {names[-1]}" if len(names) > 2 else ", ".join(names)

@@ -115,48 +115,13 @@ class KubeadmCluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:bootstrap:KubeadmCluster", name, None, opts)
         cp = args.init_host
-        self.init: command.remote.Command | None = None
-        self.stack_kubeconfig: command.remote.Command | None = None
-        self.identities: dict[str, command.remote.Command] = {}
-        if args.init_script is not None:
-            # `kubeadm init` is guarded in the script, protected here, and has no delete
-            # action: nothing the stack does can reset a live control plane.
-            self.init = remote_command(
-                f"{cp.hostname}-kubeadm-init",
-                connection=cp.connection,
-                create="sudo bash -s",
-                stdin=args.init_script,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=_present(cp.prepared),
-                                            protect=True),
-            )
-            self._identities(cp.hostname, cp.connection, args, self.init)
-            # Its own identity (gpu-cluster:stack), so the audit log names `pulumi up`; no
-            # copy of admin.conf leaves the host. Valid a year: renew by replacing this command.
-            if args.stack_kubeconfig_command is not None:
-                self.stack_kubeconfig = remote_command(
-                    "stack-kubeconfig",
-                    connection=cp.connection,
-                    create=args.stack_kubeconfig_command,
-                    logging=QUIET,
-                    opts=_secret_opts(self, _present(self.identities.get(cp.hostname))),
-                )
+        self._init_control_plane(args, cp)
         after_init = _present(self.init)
         # The init host's upgrade first: the kubelet-config upload below is then the new
         # kubeadm's, and the other control planes follow once they have joined.
         self.control_plane_upgrades: dict[str, command.remote.Command] = {}
         self._upgrade_control_planes(args, cp, first=True)
-        self.kubelet_config: command.remote.Command | None = None
-        if args.kubelet_config_script is not None:
-            # Re-run whenever the configuration changes; there is nothing to undo on delete.
-            # After the control plane's upgrade: the upload is the new kubeadm's.
-            self.kubelet_config = remote_command(
-                "kubelet-config",
-                connection=cp.connection,
-                create="sudo bash -s",
-                stdin=args.kubelet_config_script,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                    *after_init, *self.control_plane_upgrades.values()]),
-            )
+        self.kubelet_config = self._upload_kubelet_config(args, cp, after_init)
         # Joins wait for it: a node joining in the same update gets the new kubelet settings.
         # Workers also wait for the init host's identities: its approver must list a node
         # before the node's serving-certificate CSR can be approved.
@@ -180,6 +145,58 @@ class KubeadmCluster(pulumi.ComponentResource):
         for host, node in sorted(args.workers.items()):
             self.members[host] = self._join(node, args, cp)
         self.node_upgrades = self._upgrade_nodes(args, cp)
+        self._place_workers(args, cp)
+        self.register_outputs({"workers": sorted(self.members)})
+
+    def _init_control_plane(self, args: KubeadmClusterArgs, cp: ControlPlaneHost) -> None:
+        """`kubeadm init` on the first control plane (only the stack that owns it), its
+        identities and the stack's own kubeconfig."""
+        self.init: command.remote.Command | None = None
+        self.stack_kubeconfig: command.remote.Command | None = None
+        self.identities: dict[str, command.remote.Command] = {}
+        if args.init_script is None:
+            return
+        # `kubeadm init` is guarded in the script, protected here, and has no delete
+        # action: nothing the stack does can reset a live control plane.
+        self.init = remote_command(
+            f"{cp.hostname}-kubeadm-init",
+            connection=cp.connection,
+            create="sudo bash -s",
+            stdin=args.init_script,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=_present(cp.prepared),
+                                        protect=True),
+        )
+        self._identities(cp.hostname, cp.connection, args, self.init)
+        # Its own identity (gpu-cluster:stack), so the audit log names `pulumi up`; no
+        # copy of admin.conf leaves the host. Valid a year: renew by replacing this command.
+        if args.stack_kubeconfig_command is not None:
+            self.stack_kubeconfig = remote_command(
+                "stack-kubeconfig",
+                connection=cp.connection,
+                create=args.stack_kubeconfig_command,
+                logging=QUIET,
+                opts=_secret_opts(self, _present(self.identities.get(cp.hostname))),
+            )
+
+    def _upload_kubelet_config(self, args: KubeadmClusterArgs, cp: ControlPlaneHost,
+                               after_init: list[pulumi.Resource]
+                               ) -> command.remote.Command | None:
+        """The KubeletConfiguration joining nodes read. Re-run whenever it changes; there is
+        nothing to undo on delete. After the control plane's upgrade: the upload is the new
+        kubeadm's."""
+        if args.kubelet_config_script is None:
+            return None
+        return remote_command(
+            "kubelet-config",
+            connection=cp.connection,
+            create="sudo bash -s",
+            stdin=args.kubelet_config_script,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                *after_init, *self.control_plane_upgrades.values()]),
+        )
+
+    def _place_workers(self, args: KubeadmClusterArgs, cp: ControlPlaneHost) -> None:
+        """Drains of the nodes being decommissioned, and every node's placement labels."""
         # What depends on this component (platform, workloads: the jobs sized by node count)
         # waits for these drains. No delete action: removing the node later drains (a no-op
         # by then), deletes the Node and resets the host through `<host>-member`.
@@ -200,7 +217,6 @@ class KubeadmCluster(pulumi.ComponentResource):
             for host, labels in sorted(args.node_labels.items())
             if host in self.members
         }
-        self.register_outputs({"workers": sorted(self.members)})
 
     def _upgrade_control_planes(self, args: KubeadmClusterArgs, cp: ControlPlaneHost,
                                 first: bool) -> None:

@@ -1,64 +1,48 @@
-"""The cluster model: typed, frozen, validated before any resource is registered.
+"""The cluster model: typed and frozen, the schema of the `gpu-cluster:cluster` object.
 
-The stack file holds one structured key, `gpu-cluster:cluster`, plus separate `secure:` keys for
-secrets. Validation runs in two passes so every problem is reported with its exact key path:
-pydantic checks each field's type and range, then `config_checks.semantic_problems` checks the
-relations between fields (duplicates, overlaps, references, GPU arithmetic). Field types live in
-`config_types`. Nothing here imports pulumi except `load_config`, so planning code and tests use
-the model without a Pulumi runtime.
+Field types live in `config_types`, the `gpuNodes` section in `config_nodes`, the nodes it
+expands to in `gpu_nodes`. The relations between fields are checked by `config_checks`, and
+`stack_config.validate_cluster` runs every pass; data flows one way, from the schema up to the
+checks. Nothing here imports pulumi, so planning code and tests use the model without a
+Pulumi runtime.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import re
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType, UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     Field,
-    ValidationError,
+    PrivateAttr,
+    ValidationInfo,
+    model_validator,
 )
 
+from components.config_nodes import GpuNodes
 from components.config_types import (
-    _K8S_VERSION,
-    PROJECT,
+    K8S_VERSION,
     Cidr,
-    ConfigError,
     DnsLabel,
-    DriveModel,
-    DriveSizeTb,
     ExactVersion,
     Guid,
-    HcaName,
     HostKey,
     IPv4,
-    KernelArg,
     Model,
-    NetdevName,
     PinnedImage,
     PKey,
-    Problem,
     PublicKey,
     Quantity,
-    RetiredNvmeKey,
-    _read_only,
+    empty_read_only,
+    read_only,
 )
-from components.config_types import CLUSTER_KEY as CLUSTER_KEY  # re-exported for callers
-from components.inventory import Inventory, InventoryError, load_inventory
+from components.gpu_nodes import GpuNode, NodeExpansion, expand_nodes
+from components.inventory import Inventory
 
-# Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).
-SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword", "fabricMKey", "fabricSmKey",
-               "fabricSaKey")
-# The subnet managers' management keys (opensm `m_key`, `sm_key`, `sa_key`): 64-bit, non-zero,
-# not opensm's default of 1 (every stock opensm would hold it).
-FABRIC_KEYS = SECRET_KEYS[3:]
+# The validation context key `validate_cluster` passes the loaded inventory under.
+INVENTORY = "inventory"
 
 # ---------------------------------------------------------------- hosts
 
@@ -73,119 +57,6 @@ class Host(Model):
     ssh_host_key: HostKey | None = None
     rack: DnsLabel
     fabric_port_guid: Guid | None = None  # the SM host's HCA port on the IB fabric
-
-
-class GpuSpec(Model):
-    model: Literal["H100-SXM-80GB"] = "H100-SXM-80GB"
-    count: int = Field(8, ge=1, le=8)
-    # What GPU Feature Discovery labels the node with (nvidia.com/gpu.product).
-    product_label: Literal["NVIDIA-H100-80GB-HBM3"] = "NVIDIA-H100-80GB-HBM3"
-    memory_gib: int = 80
-    numa_nodes: int = Field(2, ge=1, le=8)
-
-
-class DataDrives(Model):
-    """The local NVMe data drives, by what they are: the host script finds them under
-    /dev/disk/by-id and never by kernel name, which is enumeration order (on a DGX H100,
-    nvme0n1..nvme7n1 can include an M.2 OS drive). A drive that backs /, /boot or swap is
-    never taken, whatever its size or model (docs/hosts.md)."""
-
-    size_tb: DriveSizeTb  # marketed decimal TB, matched within 2 % of /sys/block/<dev>/size
-    count: int = Field(ge=1, le=64)  # exactly this many must be found, or nothing is changed
-    models: tuple[DriveModel, ...] = ()  # substrings of the drive model; empty: any model
-
-
-class NodeTemplate(Model):
-    """Hardware shared by every GPU node unless an override or the inventory says otherwise."""
-
-    gpu: GpuSpec = GpuSpec()
-    # Compute HCA per rail, rail r = position r. DGX H100 numbering is not contiguous.
-    hcas: tuple[HcaName, ...]
-    # The IPoIB interface of each rail's HCA, as the OS names it (never renamed by the stack):
-    # DGX OS's stable names, e.g. ibp24s0 for mlx5_0. The RDMA device plugin, the pods'
-    # attachment (rail 0) and LNet bind these names (docs/hosts.md, "Rail interface names").
-    netdevs: tuple[NetdevName, ...]
-    hca_model: Literal["ConnectX-7"] = "ConnectX-7"
-    # The kernel command line GPU nodes boot with, besides DGX OS's own; a change reboots them
-    # one at a time (docs/hosts.md, "Planned reboots"). iommu=pt: IOMMU pass-through for
-    # GPUDirect RDMA peer-to-peer DMA.
-    kernel_args: tuple[KernelArg, ...] = ("iommu=pt",)
-    link_gbps: Literal[400] = 400
-    memory_gib: int = Field(2048, ge=64)
-    cpu_cores: int = Field(192, ge=8)
-    # The local NVMe drives the scratch RAID0 is made of; None: no scratch array.
-    data_drives: DataDrives | None = None
-    # Retired (kernel names are not identities): rejected with the fix, never ignored.
-    nvme_devices: RetiredNvmeKey = Field(None, exclude=True)
-    nvme_size_tb: RetiredNvmeKey = Field(None, exclude=True)
-
-
-class NodeRange(Model):
-    """`count` nodes named prefix + zero-padded number, consecutive IPs and SU slots."""
-
-    prefix: str = Field(pattern=r"^[a-z][-a-z0-9]*$")
-    start: int = Field(0, ge=0)
-    count: int = Field(ge=1, le=4096)
-    digits: int = Field(2, ge=1, le=5)
-    su: int = Field(1, ge=1)
-    first_slot: int = Field(0, ge=0)
-    management_ip_start: IPv4
-    bmc_address_start: IPv4 | None = None
-    racks: tuple[DnsLabel, ...] = Field(min_length=1)
-    nodes_per_rack: int = Field(4, ge=1, le=16)
-
-    def hostname(self, i: int) -> str:
-        return f"{self.prefix}{self.start + i:0{self.digits}d}"
-
-
-class NodeOverride(Model):
-    management_ip: IPv4 | None = None
-    bmc_address: IPv4 | None = None
-    rack: DnsLabel | None = None
-    su: int | None = Field(None, ge=1)
-    slot: int | None = Field(None, ge=0)
-    hcas: tuple[HcaName, ...] | None = None
-    netdevs: tuple[NetdevName, ...] | None = None
-    port_guids: tuple[Guid, ...] | None = None
-
-
-class GpuNodes(Model):
-    template: NodeTemplate
-    ranges: tuple[NodeRange, ...] = Field(min_length=1)
-    overrides: Annotated[dict[str, NodeOverride], AfterValidator(_read_only)] = Field(
-        default_factory=lambda: MappingProxyType({}))
-    # Nodes on their way out: drained (and no longer counted for workloads) in one update,
-    # removed from `ranges` in a later one, so the drain comes first (docs/day2.md).
-    decommission: tuple[DnsLabel, ...] = ()
-
-
-@dataclass(frozen=True)
-class Rail:
-    index: int
-    hca: str
-    netdev: str
-    port_guid: str | None
-
-
-@dataclass(frozen=True)
-class GpuNode:
-    """One GPU server after template, range, override and inventory are merged."""
-
-    hostname: str
-    management_ip: IPv4
-    bmc_address: IPv4 | None
-    rack: str
-    su: int
-    slot: int
-    rails: tuple[Rail, ...]
-    ssh_host_key: str | None
-    management_mac: str | None
-    template: NodeTemplate
-    origin: str  # key path that defined the node, for error messages
-
-    @property
-    def gpu(self) -> GpuSpec:
-        return self.template.gpu
 
 
 # ---------------------------------------------------------------- network, fabric, kubernetes
@@ -246,13 +117,13 @@ class Fabric(Model):
     switch_user: str = "admin"
     subnet_managers: tuple[SubnetManager, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
-    switch_guids: Annotated[dict[str, Guid], AfterValidator(_read_only)] = Field(
-        default_factory=lambda: MappingProxyType({}))
+    switch_guids: Annotated[dict[str, Guid], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
     # Switches are reached at <name>.<network.domain> unless an address is given here.
-    switch_management_ips: Annotated[dict[str, IPv4], AfterValidator(_read_only)] = Field(
-        default_factory=lambda: MappingProxyType({}))
-    switch_host_keys: Annotated[dict[str, HostKey], AfterValidator(_read_only)] = Field(
-        default_factory=lambda: MappingProxyType({}))
+    switch_management_ips: Annotated[dict[str, IPv4], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
+    switch_host_keys: Annotated[dict[str, HostKey], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
 
 
 class ControlPlaneEndpoint(Model):
@@ -316,7 +187,7 @@ class Kms(Model):
 
 
 class Kubernetes(Model):
-    version: str = Field(pattern=_K8S_VERSION.pattern)
+    version: str = Field(pattern=K8S_VERSION.pattern)
     pod_cidr: Cidr
     service_cidr: Cidr
     cluster_domain: str = "cluster.local"
@@ -572,17 +443,31 @@ class Cluster(Model):
     bmc: Bmc | None = None
     split: Split | None = None
 
+    @model_validator(mode="after")
+    def _with_inventory(self, info: ValidationInfo) -> Cluster:
+        # The inventory's facts (HCAs, GUIDs, host keys) are part of the nodes: `validate_cluster`
+        # passes the file it loaded as validation context, so the model is whole once built.
+        if info.context and INVENTORY in info.context:
+            self._inventory = info.context[INVENTORY]
+        return self
+
+    _inventory: Inventory = PrivateAttr(default_factory=Inventory)
+
+    @property
+    def inventory(self) -> Inventory:
+        """The facts read from `inventoryFile` (empty without one)."""
+        return self._inventory
+
+    @functools.cached_property
+    def expansion(self) -> NodeExpansion:
+        """Every GPU node with the inventory's facts merged in, and the problems found doing
+        so (reported by `config_checks`). Computed once: the model never changes."""
+        return expand_nodes(self.gpu_nodes, self._inventory)
+
     @property
     def nodes(self) -> tuple[GpuNode, ...]:
-        """Every GPU node, sorted by hostname, with the inventory's facts merged in.
-
-        Only `validate_cluster` reads the inventory file; a model built any other way has
-        nodes without inventory facts."""
-        if self._expanded is None:
-            from components.config_checks import expand_nodes
-
-            self._expanded = expand_nodes(self, self._inventory)
-        return self._expanded[0]
+        """Every GPU node, sorted by hostname."""
+        return self.expansion.nodes
 
     @property
     def in_service_nodes(self) -> tuple[GpuNode, ...]:
@@ -606,279 +491,9 @@ class Cluster(Model):
     def lustre(self, name: str) -> LustreFilesystem | None:
         return next((fs for fs in self.storage.lustre if fs.name == name), None)
 
-    _inventory: Inventory = Inventory()
-    _expanded: tuple[tuple[GpuNode, ...], list[Problem]] | None = None
-    _fabric_plan: Any = None  # the FabricPlan, set once the config is valid
-
-
-# ---------------------------------------------------------------- entry points
-
-
-def _pydantic_problems(err: ValidationError, model: type[BaseModel]) -> list[Problem]:
-    errors = err.errors(include_url=False)
-    locs = [e["loc"] for e in errors]
-    problems = []
-    for e in errors:
-        loc = e["loc"]
-        # A failed item also fails its list's length check; report only the item.
-        if e["type"] == "too_short" and any(o[:len(loc)] == loc and o != loc for o in locs):
-            continue
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-        if e["type"] == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
-            by_lower = {a.lower(): a for a in allowed}
-            close = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1)
-            hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
-            shown = e["input"] if not isinstance(e["input"], dict | list) else "{…}"
-            problems.append(Problem(path, shown, "unknown key",
-                                    f"{hint}remove or rename it; allowed keys here: "
-                                    f"{', '.join(sorted(allowed))}"))
-        elif e["type"] == "missing":
-            problems.append(Problem(path, None, "required key is missing",
-                                    f"add {loc[-1]!r} here (Pulumi.prod.yaml has an example)"))
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            msg, _, fix = msg.partition(" || ")
-            problems.append(Problem(path, e.get("input"), msg, fix or _fix_for(e)))
-    return problems
-
-
-def _fix_for(e: Mapping[str, Any]) -> str:
-    ctx = e.get("ctx") or {}
-    bounds = {"greater_than_equal": "ge", "less_than_equal": "le", "greater_than": "gt",
-              "less_than": "lt"}
-    if e["type"] in bounds:
-        return f"use a value {e['msg'].removeprefix('Input should be ')}"
-    if e["type"] == "literal_error":
-        return f"use one of {ctx.get('expected')}"
-    if e["type"] == "string_pattern_mismatch":
-        return f"match the pattern {ctx.get('pattern')}"
-    if e["type"].startswith("ip_v4"):
-        return "write an IPv4 address, or a network like 10.0.0.0/16 with no host bits set"
-    if e["type"] in ("too_short", "too_long"):
-        return e["msg"].replace("should", "must")
-    return f"give a valid value ({e['msg']})"
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """Aliases accepted at `loc`, walking nested models and mappings (for 'did you mean')."""
-    current: Any = model
-    skip_key = False
-    for part in loc:
-        if isinstance(part, int) or skip_key:
-            skip_key = False
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = next((f for n, f in current.model_fields.items()
-                      if part in (n, f.alias)), None)
-        if field is None:
-            return []
-        # dict[str, Model]: the next location part is a key, then the Model applies.
-        skip_key = _is_mapping(field.annotation)
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _is_mapping(annotation: Any) -> bool:
-    origin = get_origin(annotation)
-    if origin is dict:
-        return True
-    if origin is Annotated or origin in (Union, UnionType):
-        return any(_is_mapping(a) for a in get_args(annotation))
-    return False
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> Cluster:
-    """Parse and check the `gpu-cluster:cluster` object; raise ConfigError listing every problem."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError([Problem("", raw, "must be a mapping", "see Pulumi.prod.yaml")])
-    try:
-        cluster = Cluster.model_validate(raw)
-    except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err, Cluster)) from None
-    if cluster.inventory_file:
-        try:
-            inventory = load_inventory(project_dir / cluster.inventory_file)
-        except InventoryError as err:
-            # Inventory messages end with their own ". Fix: …": keep the two parts apart.
-            message, _, fix = str(err).partition(" Fix: ")
-            raise ConfigError([Problem("inventoryFile", cluster.inventory_file,
-                                       message.rstrip("."), fix.rstrip(".") or
-                                       "correct the file as described")]) from None
-        cluster._inventory = inventory
-        cluster._expanded = None
-    from components.config_checks import semantic_problems
-
-    problems = list(semantic_problems(cluster))
-    if problems:
-        raise ConfigError(problems)
-    # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
-    # error too: planned here, before anything is registered, and kept for the program.
-    from components.planning import placement
-    from components.planning.fabric import PlanError
-
-    try:
-        cluster._fabric_plan = placement.plan(cluster)
-    except PlanError as err:
-        raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
-    return cluster
-
-
-# Optional per-device passwords (`pulumi config set --secret --path 'switchPasswords.<switch>'`):
-# a device named in the map logs in with its own, every other one with the shared secret.
-DEVICE_PASSWORDS = {"switchPasswords": "switchPassword", "bmcPasswords": "bmcPassword"}
-
-
-@dataclass(frozen=True)
-class Secrets:
-    """Pulumi secrets read from `secure:` keys; Outputs, never plain strings."""
-
-    ssh_private_key: Any
-    bmc_password: Any
-    switch_password: Any
-    fabric_m_key: Any
-    fabric_sm_key: Any
-    fabric_sa_key: Any
-    # device name -> its own password (an Output), from switchPasswords / bmcPasswords
-    switch_passwords: Mapping[str, Any] = field(default_factory=dict)
-    bmc_passwords: Mapping[str, Any] = field(default_factory=dict)
-
-    def switch_password_for(self, switch: str) -> Any:
-        return self.switch_passwords.get(switch, self.switch_password)
-
-    def bmc_password_for(self, host: str) -> Any:
-        return self.bmc_passwords.get(host, self.bmc_password)
-
-
-def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
-    """Read the stack's config through Pulumi (the real CLI or the offline mock runtime)."""
-    import pulumi
-
-    conf = pulumi.Config(PROJECT)
-    raw = conf.get_object("cluster")
-    if raw is None:
-        raise ConfigError([Problem("", None, "the stack has no gpu-cluster:cluster key",
-                                   "copy Pulumi.prod.yaml as a starting point")])
-    cluster = validate_cluster(raw, project_dir)
-    missing = [k for k in SECRET_KEYS if conf.get_secret(k) is None]
-    if missing:
-        raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",
-                                   f"pulumi config set --secret {PROJECT}:{k} …")
-                           for k in missing])
-    strict = not pulumi.runtime.is_dry_run()
-    problems = [p for p in (_ssh_key_problem(cluster, conf.get("sshPrivateKey") or "", strict),
-                            *_fabric_key_problems({k: conf.get(k) or "" for k in FABRIC_KEYS},
-                                                  strict)) if p is not None]
-    if problems:
-        raise ConfigError(problems)
-    devices = {key: _device_names(PROJECT, key) for key in DEVICE_PASSWORDS}
-    problems = _unknown_devices(cluster, devices)
-    if problems:
-        raise ConfigError(problems)
-    per_device = {key: {name: conf.require_secret_object(key).apply(lambda d, n=name: d[n])
-                        for name in names} for key, names in devices.items()}
-    secrets = Secrets(*(conf.require_secret(k) for k in SECRET_KEYS),
-                      switch_passwords=MappingProxyType(per_device["switchPasswords"]),
-                      bmc_passwords=MappingProxyType(per_device["bmcPasswords"]))
-    return cluster, secrets
-
-
-def _device_names(project: str, key: str) -> list[str]:
-    """The device names of a per-device password map: its keys are not secret, its values
-    are (read raw, so no value is touched outside a secret Output)."""
-    import pulumi
-
-    raw = pulumi.runtime.get_config(f"{project}:{key}")
-    if not raw:
-        return []
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise ConfigError([Problem(f"(secret) {project}:{key}", None,
-                                   "must be a map of device name to password (value hidden)",
-                                   f"pulumi config set --secret --path '{key}.<device>' …")])
-    return sorted(value)
-
-
-def _unknown_devices(cluster: Cluster, devices: Mapping[str, list[str]]) -> list[Problem]:
-    """A name that is no device would silently leave that device on the shared password."""
-    from components.planning import placement
-
-    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches},
-             "bmcPasswords": {h.hostname for h in (*cluster.hosts, *cluster.nodes)
-                              if h.bmc_address is not None}}
-    return [Problem(f"(secret) {PROJECT}:{key}.{name}", name,
-                    "names no " + ("switch of the fabric plan" if key == "switchPasswords"
-                                   else "host with a BMC"),
-                    "use a name from " + ("build/<stack>/fabric/switches/"
-                                          if key == "switchPasswords" else "the inventory"))
-            for key, names in devices.items() for name in names if name not in known[key]]
-
-
-def _ssh_key_problem(cluster: Cluster, private_key: str, strict: bool) -> Problem | None:
-    """The private key must be the declared public key's other half, so a new CI secret alone
-    never changes the key every command logs in with. A preview without the real secret (a
-    value that is no key at all) is let through; `pulumi up` (strict) never is."""
-    from components.planning.ssh_keys import fingerprint, key_id, public_key_of
-
-    declared = cluster.credentials.ssh_public_key
-    if declared is None:
-        return None
-    public = public_key_of(private_key)
-    path = f"(secret) {PROJECT}:sshPrivateKey"
-    if public is None:
-        if not strict:
-            return None
-        return Problem(path, None, "is not an unencrypted OpenSSH or PEM private key (value "
-                       "hidden)",
-                       f"pulumi config set --secret {PROJECT}:sshPrivateKey < <key file>")
-    if key_id(public) != key_id(declared):
-        return Problem(path, fingerprint(public),
-                       f"is not the key credentials.sshPublicKey names ({fingerprint(declared)})",
-                       "set the secret that belongs to credentials.sshPublicKey, or rotate by "
-                       "the book: authorise the new key in credentials.sshAuthorizedKeys and "
-                       "apply, then change sshPublicKey and the secret together (docs/day2.md)")
-    return None
-
-
-_FABRIC_KEY = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
-
-
-def _fabric_key_problems(values: dict[str, str], strict: bool) -> list[Problem]:
-    """Each management key must be a 64-bit hex value opensm reads, neither 0 (no key) nor 1
-    (opensm's default), and the three must differ. Values are never echoed. A preview without
-    the real secrets (values that are no key at all) is let through; `pulumi up` never is."""
-    problems = []
-    fix = "pulumi config set --secret {} 0x$(openssl rand -hex 8)  (and bump " \
-        "credentials.fabricKeysVersion)"
-    for key, value in values.items():
-        if _FABRIC_KEY.match(value):
-            if int(value, 16) in (0, 1):
-                problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
-                                        "is 0 or 1 (no key, or opensm's default; value hidden)",
-                                        fix.format(key)))
-        elif strict:
-            problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
-                                    "is not a 64-bit hex key like 0x1a2b3c4d5e6f7081 (value "
-                                    "hidden)", fix.format(key)))
-    keys = [int(v, 16) for v in values.values() if _FABRIC_KEY.match(v)]
-    if len(keys) == len(values) and len(set(keys)) < len(keys):
-        problems.append(Problem(f"(secret) {PROJECT}:{'/'.join(values)}", None,
-                                "share a value: one leaked key would then open all three",
-                                "give each its own value (openssl rand -hex 8)"))
-    return problems
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Cluster:
+        """A copy whose nodes are expanded again (an update may change them)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("expansion", None)
+        return copied

@@ -1,26 +1,20 @@
-"""What pydantic cannot see field by field: node expansion (template, range, override and
-inventory merged) and the relations between fields — duplicates, overlaps, references, GPU
-arithmetic, SU slots, version pairs. Every check yields a Problem with its key path and fix."""
+"""What pydantic cannot see field by field: the relations between fields of a built model —
+duplicates, overlaps, references, GPU arithmetic, SU slots, version pairs. Every check takes the
+model and yields a Problem with its key path and fix; nothing here builds or changes the model."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
 
-from components.config_types import (
-    _DNS_LABEL,
-    Problem,
-    _guid,
-    _hca,
-    _host_key,
-    _mac,
-)
-from components.inventory import Inventory
-from components.planning.compat import compatibility_problems
-
-if TYPE_CHECKING:
-    from components.config import Cluster, GpuNode
+from components.compat import compatibility_problems
+from components.config import Cluster
+from components.config_types import Problem
+from components.planning import lnet
+from components.planning.ssh_keys import key_id
+from components.planning.workloads import mount_root  # where a job mounts a path's volume
 
 # kubeadm leaves kube-controller-manager's --node-cidr-mask-size at 24: every node gets a /24 of
 # the pod CIDR, and a node that finds none left never gets a pod network (it stays NotReady).
@@ -31,99 +25,6 @@ MIN_NCCL_EFFICIENCY = 0.5
 # Mounting a volume over these hides what the container image needs to run.
 _SYSTEM_DIRS = frozenset({"", "bin", "boot", "dev", "etc", "lib", "lib64", "proc", "run", "sbin",
                           "sys", "usr", "var"})
-
-# ---------------------------------------------------------------- expansion
-
-
-def expand_nodes(cluster: Cluster, inventory: Inventory
-                  ) -> tuple[tuple[GpuNode, ...], list[Problem]]:
-    """Merge template, range, override and inventory facts; collect (never raise) problems."""
-    from components.config import GpuNode, NodeOverride, Rail
-
-    spec = cluster.gpu_nodes
-    src = inventory.source
-    nodes: list[GpuNode] = []
-    problems: list[Problem] = []
-    for r_i, rng in enumerate(spec.ranges):
-        where = f"gpuNodes.ranges[{r_i}]"
-        if rng.count > len(rng.racks) * rng.nodes_per_rack:
-            problems.append(Problem(f"{where}.racks", list(rng.racks),
-                                    f"{rng.count} nodes do not fit {len(rng.racks)} rack(s) of "
-                                    f"{rng.nodes_per_rack}", "list enough racks for the range"))
-        for i in range(rng.count):
-            host = rng.hostname(i)
-            if not _DNS_LABEL.match(host):
-                problems.append(Problem(f"{where}.prefix", rng.prefix,
-                                        f"makes hostname {host!r}, not an RFC 1123 label",
-                                        "keep prefix + number within 63 characters"))
-                continue
-            ov = spec.overrides.get(host, NodeOverride())
-            facts = inventory.nodes.get(host)
-            try:
-                mgmt = ov.management_ip or rng.management_ip_start + i
-                bmc = ov.bmc_address or (rng.bmc_address_start + i
-                                         if rng.bmc_address_start else None)
-            except ipaddress.AddressValueError:
-                problems.append(Problem(f"{where}.managementIpStart",
-                                        str(rng.management_ip_start),
-                                        f"{rng.count} consecutive addresses run past "
-                                        "255.255.255.255", "start the range lower"))
-                break
-            hcas = ov.hcas or spec.template.hcas
-            netdevs = ov.netdevs or spec.template.netdevs
-            rails = []
-            for r, hca in enumerate(hcas):
-                fact = facts.rails.get(r) if facts else None
-                if fact and fact.hca and ov.hcas and fact.hca != hca:
-                    problems.append(Problem(f"gpuNodes.overrides.{host}.hcas[{r}]", hca,
-                                            f"{src} says rail {r} is {fact.hca}",
-                                            "make the override and the inventory agree"))
-                guid = ov.port_guids[r] if ov.port_guids and r < len(ov.port_guids) else (
-                    fact.port_guid if fact else None)
-                rails.append(Rail(index=r, hca=(fact.hca if fact and fact.hca else hca),
-                                  netdev=netdevs[r] if r < len(netdevs) else "",
-                                  port_guid=guid))
-            node = GpuNode(
-                hostname=host, management_ip=mgmt, bmc_address=bmc,
-                rack=ov.rack or rng.racks[min(i // rng.nodes_per_rack, len(rng.racks) - 1)],
-                su=ov.su or rng.su,
-                slot=ov.slot if ov.slot is not None else rng.first_slot + i,
-                rails=tuple(rails),
-                ssh_host_key=facts.ssh_host_key if facts else None,
-                management_mac=facts.management_mac if facts else None,
-                template=spec.template, origin=where,
-            )
-            if facts:
-                problems += _fact_problems(node, facts, src, spec.template.gpu.count)
-            nodes.append(_normalised(node))
-    return tuple(sorted(nodes, key=lambda n: n.hostname)), problems
-
-
-def _fact_problems(node: GpuNode, facts: Any, src: str, rails: int) -> list[Problem]:
-    """Inventory facts get the same checks as values in the stack file."""
-    out = []
-    checks: list[tuple[str, Any, Any]] = [(f"rail {r.index} hca", r.hca, _hca)
-                                          for r in node.rails]
-    checks += [(f"rail {r.index} portGuid", r.port_guid, _guid)
-               for r in node.rails if r.port_guid]
-    checks += [("managementMac", node.management_mac, _mac),
-               ("sshHostKey", node.ssh_host_key, _host_key)]
-    for what, value, check in checks:
-        if value is None:
-            continue
-        try:
-            check(value)
-        except ValueError as err:
-            msg, _, fix = str(err).partition(" || ")
-            out.append(Problem("inventoryFile", value, f"{src}: {node.hostname} {what} {msg}",
-                               fix or "correct the inventory file"))
-    for r in sorted(facts.rails):
-        if r >= rails:
-            out.append(Problem("inventoryFile", r, f"{src}: {node.hostname} has rail {r} but "
-                               f"nodes have {rails} rails (0..{rails - 1})",
-                               "remove the row or fix its rail number"))
-    return out
-
 
 def _netdev_problems(key: str, netdevs: Sequence[str], rails: int,
                      rail0: str | None = None) -> Iterator[Problem]:
@@ -145,16 +46,6 @@ def _netdev_problems(key: str, netdevs: Sequence[str], rails: int,
                       "name outside ibN), or cable the node so rail 0 is that port")
 
 
-def _normalised(node: GpuNode) -> GpuNode:
-    """Lower-case GUIDs and MACs from the inventory so comparisons are exact."""
-    from components.config import GpuNode, Rail
-
-    rails = tuple(Rail(r.index, r.hca, r.netdev, r.port_guid.lower() if r.port_guid else None)
-                  for r in node.rails)
-    mac = node.management_mac.lower() if isinstance(node.management_mac, str) else None
-    return GpuNode(**{**node.__dict__, "rails": rails, "management_mac": mac})
-
-
 # ---------------------------------------------------------------- semantic checks
 
 
@@ -171,8 +62,6 @@ def _duplicates(items: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, str]]:
 
 
 def _credential_problems(c: Cluster) -> Iterator[Problem]:
-    from components.planning.ssh_keys import key_id
-
     creds = c.credentials
     if creds.ssh_public_key is None:
         if c.environment == "production":
@@ -193,31 +82,59 @@ def _credential_problems(c: Cluster) -> Iterator[Problem]:
         seen.setdefault(key_id(key), path)
 
 
-def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat list of checks
+Check = Callable[[Cluster], Iterator[Problem]]
+
+
+def _node_expansion(c: Cluster) -> Iterator[Problem]:
+    """What merging template, ranges, overrides and inventory found (`gpu_nodes`)."""
+    yield from c.expansion.problems
+
+
+def _hostname_paths(c: Cluster) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(key path, hostname) of every host, then of every GPU node."""
+    return ([(f"hosts[{i}].hostname", h.hostname) for i, h in enumerate(c.hosts)],
+            [(f"{n.origin} ({n.hostname})", n.hostname) for n in c.nodes])
+
+
+def _management_ips(c: Cluster) -> list[tuple[str, Any]]:
+    """(key path, management address) of every host and GPU node."""
+    return ([(f"hosts[{i}].managementIp", h.management_ip) for i, h in enumerate(c.hosts)]
+            + [(f"{n.origin} ({n.hostname}).managementIp", n.management_ip) for n in c.nodes])
+
+
+def _decommissioned_nodes_exist(c: Cluster) -> Iterator[Problem]:
+    """Nodes being decommissioned are nodes of this stack."""
     nodes = c.nodes
-    serving_nodes = c.in_service_nodes
-    yield from c._expanded[1] if c._expanded else ()
     defined = {n.hostname for n in nodes}
     for i, host in enumerate(c.gpu_nodes.decommission):
         if host not in defined:
             yield Problem(f"gpuNodes.decommission[{i}]", host, "is not a GPU node of this stack",
                           "name a node its gpuNodes ranges define; once a node is removed from "
                           "the ranges, drop it from decommission too")
+
+
+def _ssh_user_not_root(c: Cluster) -> Iterator[Problem]:
+    """Planned reboots need a login that /run/nologin keeps out."""
     if c.ssh_user == "root":
         # A planned reboot schedules `shutdown -r +1`, whose /run/nologin keeps the check after
         # the reboot from logging in before the host went down; pam_nologin exempts root.
         yield Problem("sshUser", c.ssh_user, "root logins pass /run/nologin, so the check after "
                       "a planned reboot could run on the host before it went down",
                       "log in as an unprivileged user with passwordless sudo (e.g. ubuntu)")
-    yield from _credential_problems(c)
-    host_paths = [(f"hosts[{i}].hostname", h.hostname) for i, h in enumerate(c.hosts)]
-    node_paths = [(f"{n.origin} ({n.hostname})", n.hostname) for n in nodes]
+
+
+def _unique_hostnames(c: Cluster) -> Iterator[Problem]:
+    """Every host and GPU node has its own name (names become Kubernetes names)."""
+    host_paths, node_paths = _hostname_paths(c)
     for path, value, first in _duplicates(host_paths + node_paths):
         yield Problem(path, value, f"hostname already used at {first}",
                       "give every host a unique hostname (node names become Kubernetes names)")
 
-    ips = [(f"hosts[{i}].managementIp", h.management_ip) for i, h in enumerate(c.hosts)]
-    ips += [(f"{n.origin} ({n.hostname}).managementIp", n.management_ip) for n in nodes]
+
+def _unique_addresses(c: Cluster) -> Iterator[Problem]:
+    """Management and BMC addresses: each used once, inside the management network."""
+    nodes = c.nodes
+    ips = _management_ips(c)
     for path, value, first in _duplicates(ips):
         yield Problem(path, str(value), f"management IP already used at {first}",
                       "give every host its own management IP")
@@ -232,6 +149,11 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         yield Problem(path, str(value), f"BMC address already used at {first}",
                       "give every BMC its own address")
 
+
+def _known_hosts(c: Cluster) -> Iterator[Problem]:
+    """Overrides and inventory rows name hosts the stack defines."""
+    nodes = c.nodes
+    host_paths, node_paths = _hostname_paths(c)
     known = {h for _, h in host_paths + node_paths}
     gpu_hosts = {n.hostname for n in nodes}
     for host in sorted(set(c.gpu_nodes.overrides) - gpu_hosts):
@@ -240,12 +162,15 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       "fix the hostname or add the node to a gpuNodes range (hosts[] entries "
                       "are configured in place)")
     defined = known | {r.hostname(i) for r in c.gpu_nodes.ranges for i in range(r.count)}
-    for host in sorted(set(c._inventory.nodes) - defined):
+    for host in sorted(set(c.inventory.nodes) - defined):
         yield Problem("inventoryFile", host,
-                      f"{c._inventory.source} describes a host the stack does not define",
+                      f"{c.inventory.source} describes a host the stack does not define",
                       "remove the host from the inventory or add it to gpuNodes")
 
-    # GPUs and rails: one HCA per GPU rail, each HCA used once per node.
+
+def _rail_hcas(c: Cluster) -> Iterator[Problem]:
+    """One HCA and one IPoIB interface per GPU rail, each used once per node."""
+    nodes = c.nodes
     gpus = c.gpu_nodes.template.gpu.count
     template_hcas = c.gpu_nodes.template.hcas
     if len(template_hcas) != gpus:
@@ -272,17 +197,25 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                    else "gpuNodes.template.netdevs")
             yield from _netdev_problems(key, [r.netdev for r in n.rails if r.netdev],
                                         len(n.rails), template.netdevs[0])
+
+
+def _unique_guids(c: Cluster) -> Iterator[Problem]:
+    """Port and switch GUIDs are unique across nodes, hosts, the stack and the inventory."""
+    nodes = c.nodes
     guids = [(f"inventory:{n.hostname}.rails[{r.index}].portGuid", r.port_guid)
              for n in nodes for r in n.rails]
     guids += [(f"hosts[{i}].fabricPortGuid", h.fabric_port_guid) for i, h in enumerate(c.hosts)]
     guids += [(f"fabric.switchGuids.{k}", v) for k, v in sorted(c.fabric.switch_guids.items())]
     guids += [(f"inventory:switches.{k}", v)
-              for k, v in sorted(c._inventory.switch_guids.items())]
+              for k, v in sorted(c.inventory.switch_guids.items())]
     for path, value, first in _duplicates(guids):
         yield Problem(path, value, f"GUID already used at {first}",
                       "GUIDs are unique per port; re-read them with `ibstat` on each host")
 
-    # Fabric placement: a slot in an SU is a fixed set of leaf ports.
+
+def _su_slots(c: Cluster) -> Iterator[Problem]:
+    """A slot in an SU is a fixed set of leaf ports: in range, one node each."""
+    nodes = c.nodes
     per_su = c.fabric.nodes_per_su
     for n in nodes:
         if n.slot >= per_su:
@@ -294,7 +227,10 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         yield Problem(path, f"su {value[0]} slot {value[1]}", f"same SU slot as {first}",
                       "give each node its own slot (firstSlot or an override)")
 
-    # Control plane and subnet managers.
+
+def _control_plane_quorum(c: Cluster) -> Iterator[Problem]:
+    """An odd etcd quorum, and a free VIP inside the management network for HA."""
+    ips = _management_ips(c)
     cp = c.control_plane
     if len(cp) not in (1, 3, 5):
         yield Problem("hosts", [h.hostname for h in cp],
@@ -313,6 +249,10 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         if vip is not None and ip == vip:
             yield Problem("kubernetes.controlPlaneEndpoint.vip", str(vip),
                           f"is also {path}", "give kube-vip an address no host uses")
+
+
+def _subnet_managers(c: Cluster) -> Iterator[Problem]:
+    """Subnet managers on sm-hosts, one each, distinct priorities, two in production."""
     roles = {h.hostname: h.role for h in c.hosts}
     sms = c.fabric.subnet_managers
     for i, sm in enumerate(sms):
@@ -332,6 +272,10 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
         yield Problem("fabric.subnetManagers", [s.host for s in sms],
                       "production needs a master and a standby subnet manager",
                       "add a second sm-host with a lower priority")
+
+
+def _partitions(c: Cluster) -> Iterator[Problem]:
+    """Partitions: distinct pkeys and names, one data path, each isolating something."""
     for path, value, first in _duplicates([(f"fabric.partitions[{i}].pkey", hex(p.pkey))
                                            for i, p in enumerate(c.fabric.partitions)]):
         yield Problem(path, value, f"pkey already used by {first}", "give each tenant its own pkey")
@@ -341,7 +285,9 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       "give each partition its own name")
     yield from _partition_problems(c.fabric.partitions)
 
-    # Address plan.
+
+def _address_plan(c: Cluster) -> Iterator[Problem]:
+    """Management, pod, service, RDMA, load-balancer and LNet ranges are disjoint and sized."""
     nets = [("network.managementCidr", c.network.management_cidr),
             ("kubernetes.podCidr", c.kubernetes.pod_cidr),
             ("kubernetes.serviceCidr", c.kubernetes.service_cidr),
@@ -365,6 +311,9 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       "give MetalLB [first, last] addresses on the service network "
                       f"({lb}), never on the management network")
 
+
+def _topology_manager_fits_gpus(c: Cluster) -> Iterator[Problem]:
+    """The kubelet's topology policy admits pods that take every GPU."""
     kubelet = c.kubernetes.kubelet
     gpu = c.gpu_nodes.template.gpu
     if kubelet.topology_manager_policy == "single-numa-node" and gpu.count > 1 \
@@ -373,7 +322,11 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       f"rejects pods needing all {gpu.count} GPUs, which span {gpu.numa_nodes} "
                       "NUMA nodes", "use best-effort or restricted with scope pod")
 
-    # Storage references and workloads.
+
+def _training_jobs(c: Cluster) -> Iterator[Problem]:
+    """Training jobs: their file systems, whole nodes, parallelism adding up."""
+    serving_nodes = c.in_service_nodes
+    gpus = c.gpu_nodes.template.gpu.count
     for i, j in enumerate(c.workloads.training):
         path = f"workloads.training[{i}]"
         ds, ck = c.lustre(j.dataset), c.lustre(j.checkpoints)
@@ -412,7 +365,10 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             yield Problem(f"{path}.elasticMinNodes", j.elastic_min_nodes,
                           "an MPIJob has a fixed world size (mpirun -np)",
                           "drop elasticMinNodes or use launcher: pytorchjob")
-    yield from _checkpoint_problems(c)
+
+
+def _driver_pinned(c: Cluster) -> Iterator[Problem]:
+    """An operator-managed GPU driver is pinned, never the chart's default."""
     gpu_op = c.platform.gpu_operator
     if gpu_op.driver == "operator" and gpu_op.driver_version is None:
         yield Problem("platform.gpuOperator.driverVersion", None,
@@ -420,8 +376,16 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                       "upgrade would also replace the GPU driver on every node",
                       "pin the driver the cluster was qualified with, e.g. driverVersion: "
                       '"580.95.05"')
-    yield from _script_problems(c)
-    yield from _capacity_problems(c, len(serving_nodes))
+
+
+def _capacity(c: Cluster) -> Iterator[Problem]:
+    """Training and serving at their maximum fit the nodes in service."""
+    yield from _capacity_problems(c, len(c.in_service_nodes))
+
+
+def _nccl_test(c: Cluster) -> Iterator[Problem]:
+    """The acceptance test: a meaningful floor, GPUDirect RDMA, nodes and network that exist."""
+    serving_nodes = c.in_service_nodes
     nt = c.workloads.nccl_test
     if nt is not None:
         if nt.min_efficiency < MIN_NCCL_EFFICIENCY:
@@ -445,6 +409,11 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             yield Problem("workloads.ncclTest.namespace", nt.namespace,
                           "has no RDMA network attachment (only training namespaces get one)",
                           "use the namespace of a workloads.training job")
+
+
+def _inference_services(c: Cluster) -> Iterator[Problem]:
+    """Inference: weights, sharding, replicas and GPUs that fit."""
+    gpus = c.gpu_nodes.template.gpu.count
     for i, s in enumerate(c.workloads.inference):
         path = f"workloads.inference[{i}]"
         w = c.lustre(s.weights)
@@ -470,6 +439,10 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
             yield Problem(f"{path}.autoscaling.maxReplicas", a.max_replicas,
                           f"{a.max_replicas} x {s.gpus_per_pod} GPUs exceeds the cluster's "
                           f"{c.total_gpus}", "lower maxReplicas or gpusPerPod")
+
+
+def _unique_names(c: Cluster) -> Iterator[Problem]:
+    """Workload and file system names are unique."""
     for path, value, first in _duplicates(
         [(f"workloads.training[{i}].name", (j.namespace, j.name))
          for i, j in enumerate(c.workloads.training)]
@@ -482,25 +455,26 @@ def semantic_problems(c: Cluster) -> Iterator[Problem]:  # noqa: C901 - a flat l
                                            for i, fs in enumerate(c.storage.lustre)]):
         yield Problem(path, value, f"file system name already used at {first}",
                       "give each Lustre file system its own name")
-    yield from _lnet_problems(c)
 
-    if c.split is not None:
-        sp = c.split
-        sus = {n.su for n in nodes}
-        if sp.part == "nodes" and (not sp.sus or set(sp.sus) - sus):
-            yield Problem("split.sus", list(sp.sus),
-                          f"a nodes stack owns existing SUs (this cluster has {sorted(sus)})",
-                          "list the SUs whose GPU nodes this stack manages")
-        if sp.part != "nodes" and sp.sus:
-            yield Problem("split.sus", list(sp.sus), f"only a nodes stack owns SUs, not "
-                          f"part {sp.part}", "remove split.sus")
-        if sp.part != "core" and sp.kubernetes_stack is None:
-            yield Problem("split.kubernetesStack", None,
-                          f"part {sp.part} needs the core stack's kubeconfig",
-                          "name the core stack as <org>/<project>/<stack>")
 
-    yield from (Problem(*p) for p in compatibility_problems(c))
-
+def _split_part(c: Cluster) -> Iterator[Problem]:
+    """A split stack's part owns what its part may own and names the core stack."""
+    nodes = c.nodes
+    sp = c.split
+    if sp is None:
+        return
+    sus = {n.su for n in nodes}
+    if sp.part == "nodes" and (not sp.sus or set(sp.sus) - sus):
+        yield Problem("split.sus", list(sp.sus),
+                      f"a nodes stack owns existing SUs (this cluster has {sorted(sus)})",
+                      "list the SUs whose GPU nodes this stack manages")
+    if sp.part != "nodes" and sp.sus:
+        yield Problem("split.sus", list(sp.sus), f"only a nodes stack owns SUs, not "
+                      f"part {sp.part}", "remove split.sus")
+    if sp.part != "core" and sp.kubernetes_stack is None:
+        yield Problem("split.kubernetesStack", None,
+                      f"part {sp.part} needs the core stack's kubeconfig",
+                      "name the core stack as <org>/<project>/<stack>")
 
 
 def _partition_problems(parts: Sequence[Any]) -> Iterator[Problem]:
@@ -539,8 +513,6 @@ def _partition_problems(parts: Sequence[Any]) -> Iterator[Problem]:
 
 def _lnet_problems(c: Cluster) -> Iterator[Problem]:
     """The driver model the host Lustre client needs, and the LNet addresses (lnet.py)."""
-    from components.planning import lnet
-
     yield from (Problem(*p) for p in lnet.config_problems(c))
 
 
@@ -561,8 +533,6 @@ def _pod_cidr_problems(c: Cluster) -> Iterator[Problem]:
 def _checkpoint_problems(c: Cluster) -> Iterator[Problem]:
     """Checkpoints must be writable, on the checkpoint file system, and mounted where nothing
     else is: a job that cannot write them loses every hour since the last good one."""
-    from components.planning.workloads import mount_root  # where the job mounts a path's volume
-
     for i, fs in enumerate(c.storage.lustre):
         if fs.purpose == "checkpoints" and "ro" in fs.mount_options:
             yield Problem(f"storage.lustre[{i}].mountOptions", list(fs.mount_options),
@@ -600,8 +570,6 @@ STOCK_TRAINING_IMAGES = ("nvcr.io/nvidia/pytorch:",)
 
 
 def _script_problems(c: Cluster) -> Iterator[Problem]:
-    from components.planning.workloads import mount_root
-
     for i, j in enumerate(c.workloads.training):
         mounts = sorted({mount_root(j.dataset_path), mount_root(j.checkpoint_path)})
         if j.image.startswith(STOCK_TRAINING_IMAGES) and mount_root(j.script) not in mounts:
@@ -644,3 +612,42 @@ def _capacity_problems(c: Cluster, nodes: int) -> Iterator[Problem]:
                       f"training ({train_gpus} GPUs) and serving at its maximum "
                       f"({serve_gpus} GPUs) exceed the cluster's {nodes * gpus} GPUs",
                       "lower maxReplicas or train on fewer nodes")
+
+
+# Every check by name, in the order its problems are reported. Each takes the built model and
+# yields Problems; none changes the model or depends on another's result.
+CHECKS: dict[str, Check] = {
+    "node-expansion": _node_expansion,
+    "decommissioned-nodes-exist": _decommissioned_nodes_exist,
+    "ssh-user-not-root": _ssh_user_not_root,
+    "ssh-keys": _credential_problems,
+    "unique-hostnames": _unique_hostnames,
+    "unique-addresses": _unique_addresses,
+    "known-hosts": _known_hosts,
+    "rail-hcas": _rail_hcas,
+    "unique-guids": _unique_guids,
+    "su-slots": _su_slots,
+    "control-plane-quorum": _control_plane_quorum,
+    "subnet-managers": _subnet_managers,
+    "partitions": _partitions,
+    "address-plan": _address_plan,
+    "topology-manager-fits-gpus": _topology_manager_fits_gpus,
+    "training-jobs": _training_jobs,
+    "checkpoints": _checkpoint_problems,
+    "driver-pinned": _driver_pinned,
+    "training-script": _script_problems,
+    "capacity": _capacity,
+    "nccl-test": _nccl_test,
+    "inference-services": _inference_services,
+    "unique-names": _unique_names,
+    "lustre-lnet": _lnet_problems,
+    "split-part": _split_part,
+    "versions": compatibility_problems,
+}
+
+
+def semantic_problems(c: Cluster) -> Iterator[Problem]:
+    """Every check's problems, each tagged with the check's name."""
+    for name, check in CHECKS.items():
+        for problem in check(c):
+            yield replace(problem, check=name)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -27,11 +27,13 @@ class Problem:
     value: Any
     message: str
     fix: str
+    check: str = ""  # the cross-field check that found it (config_checks.CHECKS), if one did
 
     def render(self) -> str:
+        found_by = f"  [check: {self.check}]" if self.check else ""
         return (
             f"  {CLUSTER_KEY}.{self.path}: {self.message} (got {self.value!r}).\n"
-            f"      Fix: {self.fix}"
+            f"      Fix: {self.fix}{found_by}"
         )
 
 
@@ -47,7 +49,7 @@ class ConfigError(Exception):
 
 # ---------------------------------------------------------------- field types
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GUID = re.compile(r"^0x[0-9a-f]{16}$")
 _HCA = re.compile(r"^mlx5_\d{1,3}$")
 # A Linux interface name (IFNAMSIZ: 15 characters); ib<N> and eth<N> are the kernel's own
@@ -61,14 +63,14 @@ _PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa|"
                          r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) "
                          r"[A-Za-z0-9+/]+=*( [^\n]*)?$")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
-_K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
+K8S_VERSION = re.compile(r"^1\.\d{2}\.\d{1,2}$")
 _EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 _QUANTITY = re.compile(r"^\d+(Ki|Mi|Gi|Ti|Pi)$")
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def _dns_label(v: str) -> str:
-    if not _DNS_LABEL.match(v):
+    if not DNS_LABEL.match(v):
         raise ValueError(
             "is not an RFC 1123 label || use lowercase letters, digits and '-', starting and "
             "ending with a letter or digit, at most 63 characters (e.g. gpu-node-00)"
@@ -76,7 +78,7 @@ def _dns_label(v: str) -> str:
     return v
 
 
-def _guid(v: Any) -> str:
+def check_guid(v: Any) -> str:
     if isinstance(v, int | float) and not isinstance(v, bool):
         # YAML reads an unquoted 0x… as an integer; the Pulumi CLI passes config numbers as
         # 64-bit floats, which keep 53 bits: two GUIDs of one switch batch would collide.
@@ -90,7 +92,7 @@ def _guid(v: Any) -> str:
     return v
 
 
-def _hca(v: str) -> str:
+def check_hca(v: str) -> str:
     if not _HCA.match(v):
         raise ValueError("is not an RDMA device name || use the ConnectX device name that "
                          "`ibstat -l` lists, e.g. mlx5_0")
@@ -116,7 +118,7 @@ def _kernel_arg(v: str) -> str:
     return v
 
 
-def _host_key(v: str) -> str:
+def check_host_key(v: str) -> str:
     if not _HOST_KEY.match(v):
         raise ValueError("is not an OpenSSH public host key || paste the key type and base64 "
                          "of `ssh-keyscan <host>`, e.g. 'ssh-ed25519 AAAA…'")
@@ -136,7 +138,7 @@ def _public_key(v: str) -> str:
     return v
 
 
-def _mac(v: str) -> str:
+def check_mac(v: str) -> str:
     v = v.lower()
     if not _MAC.match(v):
         raise ValueError("is not a MAC address || write six hex pairs, e.g. 5c:25:73:0a:00:01")
@@ -215,12 +217,12 @@ def _pkey(v: Any) -> int:
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-Guid = Annotated[str, BeforeValidator(_guid)]
-HcaName = Annotated[str, AfterValidator(_hca)]
+Guid = Annotated[str, BeforeValidator(check_guid)]
+HcaName = Annotated[str, AfterValidator(check_hca)]
 NetdevName = Annotated[str, AfterValidator(_netdev)]
 KernelArg = Annotated[str, AfterValidator(_kernel_arg)]
-HostKey = Annotated[str, AfterValidator(_host_key)]
-Mac = Annotated[str, AfterValidator(_mac)]
+HostKey = Annotated[str, AfterValidator(check_host_key)]
+Mac = Annotated[str, AfterValidator(check_mac)]
 PublicKey = Annotated[str, AfterValidator(_public_key)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 ExactVersion = Annotated[str, AfterValidator(_exact_version)]
@@ -231,9 +233,15 @@ DriveModel = Annotated[str, AfterValidator(_drive_model)]
 RetiredNvmeKey = Annotated[None, BeforeValidator(_retired_nvme_key)]
 
 
-def _read_only(v: dict) -> Mapping:
+def read_only(v: dict) -> Mapping:
     """Mappings inside the frozen model cannot be changed after validation either."""
     return MappingProxyType(dict(v))
+
+
+def empty_read_only() -> dict[Any, Any]:
+    """The default of a `dict` field that `read_only` guards: declared as the dict pydantic
+    validates, held as the read-only mapping `read_only` makes of every value."""
+    return cast(dict[Any, Any], MappingProxyType({}))
 
 
 IPv4 = ipaddress.IPv4Address

@@ -136,10 +136,15 @@ def _load_yaml(path: Path) -> Inventory:
         nodes[str(host)] = NodeFacts(
             rails=rails, management_mac=mac, ssh_host_key=facts.get("sshHostKey")
         )
-    switches = {
-        str(name): _hex(_mapping(v, f"{path}: switches.{name}").get("guid"))
-        for name, v in sorted(_mapping(doc.get("switches"), f"{path}: switches").items())
-    }
+    switches = {}
+    for name, v in sorted(_mapping(doc.get("switches"), f"{path}: switches").items()):
+        guid = _hex(_mapping(v, f"{path}: switches.{name}").get("guid"))
+        if guid is None:
+            raise InventoryError(
+                f"{path}: switches.{name} has no guid. Fix: add its guid (`ibswitches` on the "
+                "fabric lists every switch's) or remove the entry."
+            )
+        switches[str(name)] = guid
     return Inventory(nodes=nodes, switch_guids=switches, source=str(path))
 
 

@@ -25,7 +25,7 @@ class Storage(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:storage:Storage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        self.csi_driver = []
+        self.csi_driver: list[pulumi.Resource] = []
         for m in args.csi_driver:
             self.csi_driver.append(apply(m, pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=list(self.csi_driver)))))

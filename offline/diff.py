@@ -235,7 +235,7 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
     texts: dict[str, list[str]] = {}
     secret = _secret_input(type_)
     inside = [p for p in paths if secret and split_path(p)[0] == secret]
-    if inside:
+    if secret and inside:
         texts[secret] = [SECRET_NOTE] + [
             f"{sign}{p[len(secret) + 1:]}: {_value_at(doc.get('inputs'), p)}"
             for p in inside for sign, doc in (("-", old), ("+", new))]

@@ -78,8 +78,8 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
             if r.unauthorised else
             f"{len(r.commands)} commands re-run{where} with the new secret"))
     if upgrade:
-        old, new, _ = upgrade
-        lines.append(f"  Kubernetes {old} -> {new}: " + (
+        old_version, new_version, _ = upgrade
+        lines.append(f"  Kubernetes {old_version} -> {new_version}: " + (
             "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
             f"{batch_words(batches)}, each drained" if upgrading
             else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))

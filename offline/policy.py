@@ -226,83 +226,111 @@ def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
 
 def _run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                   secrets: set[str]) -> list[Violation]:
-    resolved = resolve(pack, config)
-    found: list[Violation] = []
+    resolved = [(p, _level_name(lvl), props) for p, lvl, props in resolve(pack, config)
+                if lvl != EnforcementLevel.DISABLED]
+    providers = _Providers(plan)
+    found = _run_resource_policies(
+        plan, [r for r in resolved if isinstance(r[0], ResourceValidationPolicy)], providers,
+        secrets)
+    found += _run_stack_policies(
+        plan, [r for r in resolved if isinstance(r[0], StackValidationPolicy)], providers,
+        secrets)
+    return sorted(set(found), key=Violation.sort_key)
 
-    def level_name(lvl: EnforcementLevel) -> str:
-        return "mandatory" if lvl == EnforcementLevel.REMEDIATE else lvl.value
 
-    res_policies = [(p, level_name(lvl), props) for p, lvl, props in resolved
-                    if isinstance(p, ResourceValidationPolicy) and lvl != EnforcementLevel.DISABLED]
-    stack_policies = [(p, level_name(lvl), props) for p, lvl, props in resolved
-                      if isinstance(p, StackValidationPolicy) and lvl != EnforcementLevel.DISABLED]
+def _level_name(lvl: EnforcementLevel) -> str:
+    return "mandatory" if lvl == EnforcementLevel.REMEDIATE else lvl.value
 
-    def unknown_note(policy: Any, err: UnknownValueError, urn: str | None) -> Violation:
-        return Violation("advisory", policy.name, urn,
-                         f"can't run policy '{policy.name}' during preview: {err.message}")
 
-    providers: dict[str, PolicyProviderResource] = {}
+def _unknown_note(policy: Any, err: UnknownValueError, urn: str | None) -> Violation:
+    return Violation("advisory", policy.name, urn,
+                     f"can't run policy '{policy.name}' during preview: {err.message}")
 
-    def provider_of(res: Resource) -> PolicyProviderResource | None:
+
+class _Providers:
+    """Each resource's provider as the analyzer hands it to rules, built once per provider."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self._made: dict[str, PolicyProviderResource] = {}
+
+    def of(self, res: Resource) -> PolicyProviderResource | None:
         urn = res.reg.provider
-        if not urn or urn not in plan.by_urn:
+        if not urn or urn not in self._plan.by_urn:
             return None
-        if urn not in providers:
-            p = plan.by_urn[urn]
-            providers[urn] = PolicyProviderResource(p.type, LazyProps(p.reg.inputs), urn, p.name)
-        return providers[urn]
+        if urn not in self._made:
+            p = self._plan.by_urn[urn]
+            self._made[urn] = PolicyProviderResource(p.type, LazyProps(p.reg.inputs), urn,
+                                                     p.name)
+        return self._made[urn]
 
-    if res_policies:
-        for res in plan.resources:
-            props = LazyProps(res.reg.inputs)
-            opts = _options(res)
-            prov = provider_of(res)
-            for policy, level, pconf in res_policies:
 
-                def report(message: str, urn: str | None = None, *, _p: Any = policy,
-                           _l: str = level, _u: str = res.urn) -> None:
-                    # As in the analyzer, a resource rule's urn argument is ignored.
-                    found.append(Violation(_l, _p.name, _u, _scrub(message or _p.description,
-                                                                    secrets)))
+def _run_resource_policies(plan: Plan, policies: list[tuple[Any, str, Any]],
+                           providers: _Providers, secrets: set[str]) -> list[Violation]:
+    found: list[Violation] = []
+    if not policies:
+        return found
+    for res in plan.resources:
+        props = LazyProps(res.reg.inputs)
+        opts = _options(res)
+        prov = providers.of(res)
+        for policy, level, pconf in policies:
 
-                args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, prov,
-                                              pconf, {})
-                try:
-                    _run(policy.validate(args, report))
-                except UnknownValueError as err:
-                    found.append(unknown_note(policy, err, res.urn))
-                except _NotApplicableError:
-                    pass
+            def report(message: str, urn: str | None = None, *, _p: Any = policy,
+                       _l: str = level, _u: str = res.urn) -> None:
+                # As in the analyzer, a resource rule's urn argument is ignored.
+                found.append(Violation(_l, _p.name, _u, _scrub(message or _p.description,
+                                                                secrets)))
 
-    if stack_policies:
-        objs: dict[str, PolicyResource] = {}
-        for res in plan.resources:
-            objs[res.urn] = PolicyResource(res.type, LazyProps(res.reg.inputs), res.urn, res.name,
-                                           _options(res), provider_of(res), None, [], {})
-        for res in plan.resources:
-            obj = objs[res.urn]
-            obj.parent = objs.get(res.parent or "")
-            obj.dependencies = [objs[d] for d in res.reg.depends_on if d in objs]
-            obj.property_dependencies = {
-                k: [objs[d] for d in v if d in objs]
-                for k, v in res.reg.property_dependencies.items()
-            }
-        resources = list(objs.values())
-        for policy, level, pconf in stack_policies:
-
-            def report_stack(message: str, urn: str | None = None, *, _p: Any = policy,
-                             _l: str = level) -> None:
-                found.append(Violation(_l, _p.name, urn or None,
-                                       _scrub(message or _p.description, secrets)))
-
+            args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, prov,
+                                          pconf, {})
             try:
-                _run(policy.validate(StackValidationArgs(resources, pconf, {}), report_stack))
+                _run(policy.validate(args, report))
             except UnknownValueError as err:
-                found.append(unknown_note(policy, err, None))
+                found.append(_unknown_note(policy, err, res.urn))
             except _NotApplicableError:
                 pass
+    return found
 
-    return sorted(set(found), key=Violation.sort_key)
+
+def _stack_resources(plan: Plan, providers: _Providers) -> list[PolicyResource]:
+    """Every resource as a stack rule sees it: with its parent and dependencies linked."""
+    objs: dict[str, PolicyResource] = {}
+    for res in plan.resources:
+        objs[res.urn] = PolicyResource(res.type, LazyProps(res.reg.inputs), res.urn, res.name,
+                                       _options(res), providers.of(res), None, [], {})
+    for res in plan.resources:
+        obj = objs[res.urn]
+        obj.parent = objs.get(res.parent or "")
+        obj.dependencies = [objs[d] for d in res.reg.depends_on if d in objs]
+        obj.property_dependencies = {
+            k: [objs[d] for d in v if d in objs]
+            for k, v in res.reg.property_dependencies.items()
+        }
+    return list(objs.values())
+
+
+def _run_stack_policies(plan: Plan, policies: list[tuple[Any, str, Any]],
+                        providers: _Providers, secrets: set[str]) -> list[Violation]:
+    found: list[Violation] = []
+    if not policies:
+        return found
+    resources = _stack_resources(plan, providers)
+    for stack_policy, level, pconf in policies:
+
+        def report_stack(message: str, urn: str | None = None, *, _p: Any = stack_policy,
+                         _l: str = level) -> None:
+            found.append(Violation(_l, _p.name, urn or None,
+                                   _scrub(message or _p.description, secrets)))
+
+        try:
+            _run(stack_policy.validate(StackValidationArgs(resources, pconf, {}),
+                                       report_stack))
+        except UnknownValueError as err:
+            found.append(_unknown_note(stack_policy, err, None))
+        except _NotApplicableError:
+            pass
+    return found
 
 
 def policy_levels(pack: PolicyPackInfo, config: Mapping[str, Any]) -> dict[str, str]:

@@ -24,7 +24,7 @@ except AttributeError:  # pragma: no cover
     _BaseDumper = yaml.SafeDumper
 
 
-class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
+class _Dumper(_BaseDumper):
     pass
 
 
@@ -204,7 +204,7 @@ def helm_files(plan: Plan) -> dict[str, str]:
         if not is_helm_release(res):
             continue
         i = res.inputs
-        name = i.get("name") if isinstance(i.get("name"), str) else res.name
+        name = i["name"] if isinstance(i.get("name"), str) else res.name
         repo_opts = i.get("repositoryOpts")
         docs[res.urn] = {
             "name": name,

@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from .diff import Change, Diff
 
-_PORT = re.compile(r'^([+-])interface ib 1/(\d+) description "(.*?)(?: \[(.*)\])?"$')
 # Operators whose upgrade touches drivers on every GPU node, in the safe order: the network
 # stack (DOCA/OFED) first, the GPU driver (which builds GPUDirect on it) second.
 OPERATOR_ORDER = ("network-operator", "gpu-operator")
@@ -32,6 +32,14 @@ class CableMove:
     new: str | None  # what it must be cabled to, None if it must be free
     old_cable: str | None
     new_cable: str | None
+
+
+def _ports() -> ModuleType:
+    """The stack's port-description format (components/planning/port_descriptions.py), imported
+    only once a diff holds a switch's port map: the preview runs on projects without one."""
+    from components.planning import port_descriptions
+
+    return port_descriptions
 
 
 def _suffix(name: str, suffix: str) -> str | None:
@@ -62,9 +70,9 @@ def cable_moves(changes: Iterable[Change],
             lines = ["+" + line for line in str(new_inputs[ch.urn].get("stdin", "")).splitlines()]
         ports: dict[int, dict[str, tuple[str, str | None]]] = {}
         for line in lines:
-            m = _PORT.match(line)
-            if m:
-                ports.setdefault(int(m.group(2)), {})[m.group(1)] = (m.group(3), m.group(4))
+            parsed = _ports().parse_port_line(line[1:]) if line[:1] in ("+", "-") else None
+            if parsed:
+                ports.setdefault(parsed[0], {})[line[0]] = _ports().split_cable(parsed[1])
         for port, sides in sorted(ports.items()):
             old, new = sides.get("-"), sides.get("+")
             moves.append(CableMove(switch, port, old and old[0], new and new[0],
@@ -72,17 +80,14 @@ def cable_moves(changes: Iterable[Change],
     return _once_per_cable(moves)
 
 
-_SWITCH_PORT = re.compile(r"^(\S+) port (\d+)$")
-
-
 def _once_per_cable(moves: list[CableMove]) -> list[CableMove]:
     """A switch-to-switch cable shows on both switches' port maps: keep it once."""
     seen: set[frozenset[tuple[str, int]]] = set()
     out = []
     for mv in moves:
-        peer = _SWITCH_PORT.match(mv.new or mv.old or "")
+        peer = _ports().switch_peer(mv.new or mv.old or "")
         if peer:
-            key = frozenset({(mv.switch, mv.port), (peer.group(1), int(peer.group(2)))})
+            key = frozenset({(mv.switch, mv.port), peer})
             if key in seen:
                 continue
             seen.add(key)
@@ -384,12 +389,11 @@ def _board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] |
     steps = []
     for host in hosts:
         ports = sorted(
-            (m.group(3), sw, int(m.group(1)))
+            (peer[1], sw, port)
             for urn, inputs in (new_inputs or {}).items()
             if (sw := _suffix(urn.rpartition("::")[2], "-config")) is not None
-            for line in str(inputs.get("stdin", "")).splitlines()
-            if (m := re.match(rf'^interface ib 1/(\d+) description "({re.escape(host)} '
-                              r'rail (\d+) \(\S+\))', line)))
+            for port, desc in _ports().port_descriptions(str(inputs.get("stdin", ""))).items()
+            if (peer := _ports().hca_peer(desc)) is not None and peer[0] == host)
         seats = "; ".join(f"rail {rail}: {sw} port {port}" for rail, sw, port in ports)
         prepare = str((new_inputs or {}).get(next(
             (u for u in new_inputs or {} if u.endswith(f"::{host}-prepare")), ""), {}).get(
@@ -573,21 +577,41 @@ def _rotation_steps(rotations: list[Rotation]) -> list[str]:
     return steps
 
 
-def runbook(diff: Diff, stack: str = "prod",
-            new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
-    """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
+@dataclass
+class _Work:
+    """What a diff asks of people and of `pulumi up`, read once from its changes."""
+
+    changes: list[Change]
+    leaving: list[str]
+    joining: list[str]
+    decommissioning: list[str]
+    moves: list[CableMove]
+    sms: list[str]
+    switches: dict[str, str]
+    prepared: list[str]
+    operators: list[str]
+    kubelet: Change | None
+    control_plane: list[str]
+    upgrade: tuple[str, str, str] | None
+    rejoined: list[str]
+    rehosted: list[tuple[str, str, str]]
+    rebooting: bool
+    rotations: list[Rotation]
+
+    @property
+    def fabric_touched(self) -> bool:
+        """Cables, subnet managers, or a switch added or retired."""
+        return bool(self.moves or self.sms or any(a != "update" for a in self.switches.values()))
+
+    def __bool__(self) -> bool:
+        return bool(self.leaving or self.joining or self.operators or self.prepared
+                    or self.kubelet or self.rebooting or self.upgrade or self.rotations
+                    or self.decommissioning or self.control_plane or self.rejoined
+                    or self.rehosted or self.fabric_touched)
+
+
+def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Work:
     changes = diff.changes
-    leaving = _hosts(changes, "-member", "delete")
-    joining = _hosts(changes, "-kubeadm-join", "create")
-    decommissioning = _hosts(changes, "-decommission", "create")
-    moves = cable_moves(changes, new_inputs)
-    sms = sorted(h for c in changes if c.action in ("update", "create")
-                 if (h := _suffix(c.name, "-opensm")) is not None)
-    switches = switch_changes(changes)
-    prepared = _hosts(changes, "-prepare", "update")
-    operators = [c.name for name in OPERATOR_ORDER for c in changes
-                 if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
-                 and c.action in ("update", "replace")]
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
@@ -598,36 +622,67 @@ def runbook(diff: Diff, stack: str = "prod",
             kubelet = None
         control_plane = [h for h in control_plane if _other_than_version(
             next(c for c in changes if c.name == f"{h}-kubeadm-init"))]
-    # A joined node's guarded join does nothing when re-run: its changed settings stay unapplied.
-    # (A join script is the command itself; its credentials are its stdin.)
-    rejoined = sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
-                      if (h := _suffix(c.name, "-kubeadm-join")) is not None)
-    rehosted = _rehosted(changes)
-    rebooting = any(_suffix(c.name, "-reboot") for c in changes
-                    if c.action in ("create", "replace"))
-    rotations = secret_rotations(changes, new_inputs)
-    if not (leaving or joining or moves or sms or operators or prepared or kubelet or rebooting
-            or upgrade or rotations
-            or decommissioning
-            or control_plane or rejoined or rehosted
-            or any(a != "update" for a in switches.values())):
-        return []
+    return _Work(
+        changes=changes,
+        leaving=_hosts(changes, "-member", "delete"),
+        joining=_hosts(changes, "-kubeadm-join", "create"),
+        decommissioning=_hosts(changes, "-decommission", "create"),
+        moves=cable_moves(changes, new_inputs),
+        sms=sorted(h for c in changes if c.action in ("update", "create")
+                   if (h := _suffix(c.name, "-opensm")) is not None),
+        switches=switch_changes(changes),
+        prepared=_hosts(changes, "-prepare", "update"),
+        operators=[c.name for name in OPERATOR_ORDER for c in changes
+                   if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
+                   and c.action in ("update", "replace")],
+        kubelet=kubelet, control_plane=control_plane, upgrade=upgrade,
+        # A joined node's guarded join does nothing when re-run: its changed settings stay
+        # unapplied. (A join script is the command itself; its credentials are its stdin.)
+        rejoined=sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
+                        if (h := _suffix(c.name, "-kubeadm-join")) is not None),
+        rehosted=_rehosted(changes),
+        rebooting=any(_suffix(c.name, "-reboot") for c in changes
+                      if c.action in ("create", "replace")),
+        rotations=secret_rotations(changes, new_inputs),
+    )
 
-    steps: list[str] = _rotation_steps(rotations)
+
+def runbook(diff: Diff, stack: str = "prod",
+            new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Numbered steps, or [] when the diff needs no physical or node-by-node work."""
+    w = _work(diff, new_inputs)
+    if not w:
+        return []
     # Nodes whose cables move but who stay in the cluster are drained by hand first; a new
     # board's host gets its own step.
-    boards = replaced_boards(changes)
-    recabled = [h for h in drained_hosts(changes, new_inputs)
-                if h not in leaving and h not in boards and h not in decommissioning]
-    decommissioned = set(_hosts(changes, "-decommission", "delete"))
-    for host in decommissioning:
+    boards = replaced_boards(w.changes)
+    recabled = [h for h in drained_hosts(w.changes, new_inputs)
+                if h not in w.leaving and h not in boards and h not in w.decommissioning]
+    steps: list[str] = _rotation_steps(w.rotations)
+    steps += _membership_steps(w, recabled)
+    steps += _board_steps(boards, new_inputs, stack)
+    steps += _host_steps(w, boards)
+    steps += _fabric_steps(w, new_inputs)
+    steps += [f"{host} joins: host preparation, its own join token, guarded kubeadm join, "
+              "placement labels" for host in w.joining]
+    steps += _software_steps(w, new_inputs)
+    numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
+    return (["Hardware-change runbook (in this order):"] + numbered
+            + ["  afterwards:"] + [f"    - {c}" for c in _checks(w, recabled, stack)])
+
+
+def _membership_steps(w: _Work, recabled: list[str]) -> list[str]:
+    """Nodes decommissioned, leaving, or drained before their cables move."""
+    steps = []
+    decommissioned = set(_hosts(w.changes, "-decommission", "delete"))
+    for host in w.decommissioning:
         steps.append(
             f"decommission {host}: `pulumi up` cordons and drains it on the control plane "
             "before anything that waits for the cluster changes (the jobs sized by node count "
             "are resized after the drain); its cables, subnet-manager entries and membership "
             "stay. In a later change remove it from gpuNodes (its range and decommission): "
             "that change resets it and frees its ports")
-    for host in leaving:
+    for host in w.leaving:
         if host in decommissioned:
             steps.append(f"{host} leaves, drained by its decommission: the Node is deleted, then "
                          f"kubeadm reset on {host}")
@@ -641,28 +696,41 @@ def runbook(diff: Diff, stack: str = "prod",
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
                      f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
-    steps += _board_steps(boards, new_inputs, stack)
-    rebooted = rebooted_hosts(changes)
+    return steps
+
+
+def _host_steps(w: _Work, boards: list[str]) -> list[str]:
+    """Planned reboots, and host preparation applied in place."""
+    steps = []
+    rebooted = rebooted_hosts(w.changes)
     if rebooted:
         steps.append(_reboot_step(sorted(rebooted)))
-    in_place = [h for h in prepared if h not in joining and h not in leaving
+    in_place = [h for h in w.prepared if h not in w.joining and h not in w.leaving
                 and h not in rebooted and h not in boards]
     if in_place:
         which = (f"{len(in_place)} hosts ({_span(in_place)})" if len(in_place) > 2
                  else " and ".join(in_place))
         steps.append(f"host preparation changes on {which}: applied in place by `pulumi up`; "
                      "boot settings are unchanged, so no reboot and no drain")
-    steps += _sm_cable_steps(moves, new_inputs)
-    steps += _cabling_steps(moves, switches)
-    if switches:
+    return steps
+
+
+def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Cables, switch settings and the subnet managers."""
+    steps = _sm_cable_steps(w.moves, new_inputs)
+    steps += _cabling_steps(w.moves, w.switches)
+    if w.switches:
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
-                     + ", ".join(sorted(switches)))
-    if sms:
-        steps.append(_sm_step(changes, sms, new_inputs))
-    for host in joining:
-        steps.append(f"{host} joins: host preparation, its own join token, guarded kubeadm "
-                     "join, placement labels")
-    for name in operators:
+                     + ", ".join(sorted(w.switches)))
+    if w.sms:
+        steps.append(_sm_step(w.changes, w.sms, new_inputs))
+    return steps
+
+
+def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Operators, Kubernetes, the kubelets and settings kubeadm applies only once."""
+    steps = []
+    for name in w.operators:
         policy = ("NicClusterPolicy" if name == "network-operator" else "ClusterPolicy")
         steps.append(f"upgrade {name}" + (
             " first (DOCA/OFED driver pods upgrade one node at a time, each drained)"
@@ -671,11 +739,11 @@ def runbook(diff: Diff, stack: str = "prod",
             + ": the chart's pre-upgrade hook applies its new CRDs, and `pulumi up` waits "
             f"({name}-rollout, up to 2 h) until the {policy} reports ready on every node "
             "before it goes on")
-    if upgrade is not None:
-        steps.extend(_upgrade_steps(*upgrade, new_inputs))
-    if kubelet is not None:
-        steps.extend(_kubelet_roll(kubelet, joining, new_inputs))
-    for host in control_plane:
+    if w.upgrade is not None:
+        steps.extend(_upgrade_steps(*w.upgrade, new_inputs))
+    if w.kubelet is not None:
+        steps.extend(_kubelet_roll(w.kubelet, w.joining, new_inputs))
+    for host in w.control_plane:
         steps.append(
             f"control-plane settings change in {host}-kubeadm-init: kubeadm applies them only "
             "at init, and the guarded re-run leaves a running control plane as it is. Apply "
@@ -683,28 +751,31 @@ def runbook(diff: Diff, stack: str = "prod",
             "each control-plane node's static Pod manifests, one node at a time). A Kubernetes "
             "version change is a `kubeadm upgrade`; the pod and service subnets and the cluster "
             "domain cannot change on a running cluster")
-    if rejoined:
-        which = (f"{len(rejoined)} joined nodes ({_span(rejoined)})" if len(rejoined) > 1
-                 else rejoined[0])
+    if w.rejoined:
+        which = (f"{len(w.rejoined)} joined nodes ({_span(w.rejoined)})" if len(w.rejoined) > 1
+                 else w.rejoined[0])
         steps.append(
             f"join settings change for {which}: kubeadm applies them only when a node joins, "
             "and the guarded re-run leaves a joined node as it is. Apply them by hand (e.g. "
             "`kubectl taint` for taints, the static Pod manifest for kube-vip) or drain, remove "
             "and re-add the node")
-    for name, old, new in rehosted:
+    for name, old, new in w.rehosted:
         steps.append(
             f"{name} moves from {old} to {new}: `pulumi up` runs its create command on {new} "
             f"and nothing on {old} (pulumi-command updates a command whose host changed; it "
             f"runs no delete on the old host). Undo on {old} by hand what it set up there")
+    return steps
+
+
+def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
+    """What to check once `pulumi up` is done."""
     checks = []
-    if moves or joining or leaving or sms or any(a != "update" for a in switches.values()):
+    if w.joining or w.leaving or w.fabric_touched:
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "
                       "DISCOVERED=fabric.dump   (must report no difference)")
     checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
                   "its bus-bandwidth floor")
-    if recabled or leaving:
+    if recabled or w.leaving:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")
-    numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
-    return (["Hardware-change runbook (in this order):"] + numbered
-            + ["  afterwards:"] + [f"    - {c}" for c in checks])
+    return checks

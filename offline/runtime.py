@@ -107,13 +107,15 @@ class DefaultProviderDisabled(RuntimeError):
 class RecordingMonitor(_mocks.MockMonitor):
     """Captures every RegisterResource request (custom resources and components alike)."""
 
-    def __init__(self, mocks: _mocks.Mocks, disabled_default_providers: frozenset[str]) -> None:
+    mocks: OfflineMocks  # whose ids are always strings
+
+    def __init__(self, mocks: OfflineMocks, disabled_default_providers: frozenset[str]) -> None:
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self._disabled = disabled_default_providers
         self._lock = threading.Lock()  # RPCs arrive on the SDK's executor threads
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
@@ -261,7 +263,7 @@ def run_program(
                 f"the program did not finish within {timeout:g}s (an Output never resolved?)"
             )
         ) from None
-    except BaseException as err:  # noqa: BLE001 — classified by the caller
+    except BaseException as err:  # classified by the caller
         raise ProgramFailed(err) from err
     finally:
         pending = asyncio.all_tasks(loop)

@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NODE_RESOURCES, run_offline
+from support.project import NODE_RESOURCES, run_offline
 
 from offline.bench import scale_gpu_nodes
+
+# Every test previews generated clusters (up to 256 nodes) several times.
+pytestmark = pytest.mark.slow
 
 KEY = "gpu-cluster:cluster"
 # Sized by the number of GPU nodes: the acceptance test runs on all of them and is resubmitted.

@@ -7,14 +7,14 @@ from __future__ import annotations
 import re
 import sys
 
-from conftest import REPO
+from support.project import REPO
 
 if str(REPO / "policies") not in sys.path:
     sys.path.insert(0, str(REPO / "policies"))
 
-import gpu_guardrails  # noqa: E402
-from gpu_guardrails.registry import DOCS  # noqa: E402
-from pulumi_policy import EnforcementLevel  # noqa: E402
+import gpu_guardrails
+from gpu_guardrails.registry import DOCS
+from pulumi_policy import EnforcementLevel
 
 DOC = REPO / "docs" / "cis.md"
 MAPPING = ("CIS item", "title (short)", "how this stack meets it", "pack rule(s)")

@@ -17,18 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from support.project import prod_raw
 
-from components.config import (
-    CLUSTER_KEY,
-    Cluster,
-    ConfigError,
-    Partition,
-    validate_cluster,
-)
+from components.config import Cluster, Partition
+from components.config_types import CLUSTER_KEY, ConfigError
+from components.stack_config import validate_cluster
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "config"
@@ -836,3 +832,26 @@ def test_1024_nodes_take_their_hardware_facts_from_the_inventory(scale_cluster):
     assert last.rails[7].hca == "mlx5_11"
     assert last.rails[7].port_guid == "0xb83fd20303fd0e00"
     assert last.management_mac == "5c:25:73:40:03:fd"
+
+
+# ---------------------------------------------------------------- the checks' registry
+
+
+def test_each_cross_field_check_is_named_and_runs_alone(prod, prod_cluster) -> None:
+    """A problem names the check that found it, and that check alone finds it: the checks are
+    independent functions over the built model (config_checks.CHECKS)."""
+    from components.config_checks import CHECKS
+
+    assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in CHECKS), list(CHECKS)
+    assert all(list(check(prod_cluster)) == [] for check in CHECKS.values())
+    prod["hosts"][1]["hostname"] = prod["hosts"][0]["hostname"]
+    err = config_error(prod)
+    duplicate = next(p for p in err.problems if "hostname already used" in p.message)
+    assert duplicate.check == "unique-hostnames"
+    assert "[check: unique-hostnames]" in str(err)
+    broken = Cluster.model_validate(prod)
+    assert [p.path for p in CHECKS["unique-hostnames"](broken)] == [duplicate.path]
+    assert list(CHECKS["su-slots"](broken)) == []
+    # Pydantic's own field errors come from no cross-field check.
+    prod["hosts"][0]["hostname"] = "Not_A_Label"
+    assert all(p.check == "" for p in config_error(prod).problems)

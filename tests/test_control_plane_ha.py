@@ -13,11 +13,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import REPO, run_offline
-from sandbox import Sandbox, unavailable
+from support.project import REPO, run_offline
+from support.sandbox import Sandbox, unavailable
 
-from components.config import validate_cluster
 from components.planning import host_scripts, kubeadm
+from components.stack_config import validate_cluster
 
 VIP = "10.10.0.5"
 KEY = "gpu-cluster:cluster"
@@ -39,7 +39,7 @@ def stack() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(stack: dict[str, Any]):  # noqa: ANN201 - components.config.Cluster
+def cluster(stack: dict[str, Any]):
     return validate_cluster(ha(stack["config"][KEY]), REPO)
 
 
@@ -49,14 +49,14 @@ def _embedded(script: str, marker: str) -> dict[str, Any]:
     return yaml.safe_load(body.group(1))
 
 
-def test_everyone_talks_to_the_vip(cluster) -> None:  # noqa: ANN001
+def test_everyone_talks_to_the_vip(cluster) -> None:
     assert kubeadm.endpoint(cluster) == f"{VIP}:6443"
     join = kubeadm.control_plane_join_configuration(cluster, cluster.control_plane[1])
     assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == f"{VIP}:6443"
     assert join["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == "10.10.0.20"
 
 
-def test_kube_vip_is_a_valid_static_pod_holding_the_vip(cluster) -> None:  # noqa: ANN001
+def test_kube_vip_is_a_valid_static_pod_holding_the_vip(cluster) -> None:
     init = kubeadm.init_script(cluster, cluster.control_plane[0])
     pod = _embedded(init, "KUBEVIP")
     kubernetes_validate.validate(pod, "1.35", strict=True)
@@ -75,9 +75,10 @@ def test_kube_vip_is_a_valid_static_pod_holding_the_vip(cluster) -> None:  # noq
         "/etc/kubernetes/admin.conf"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 def test_kube_vip_gets_its_own_identity_and_super_admin_leaves_the_host(
-        cluster, tmp_path: Path) -> None:  # noqa: ANN001
+        cluster, tmp_path: Path) -> None:
     """On the first control plane after `kubeadm init`: kube-vip moves from super-admin.conf
     (system:masters, which RBAC cannot limit) to a kubeconfig of gpu-cluster:kube-vip, whose
     RBAC is a Lease in kube-system and reading Nodes; super-admin.conf is removed; the stack's
@@ -118,7 +119,7 @@ def test_single_control_plane_has_no_kube_vip(stack: dict[str, Any]) -> None:
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
-def test_control_plane_join_passes_shellcheck(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+def test_control_plane_join_passes_shellcheck(cluster, tmp_path: Path) -> None:
     path = tmp_path / "join.sh"
     path.write_text(kubeadm.control_plane_join_script(cluster, cluster.control_plane[1]))
     proc = subprocess.run(["shellcheck", "-S", "warning", str(path)], capture_output=True,
@@ -126,8 +127,9 @@ def test_control_plane_join_passes_shellcheck(cluster, tmp_path: Path) -> None: 
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
-def test_control_plane_join_runs_once_with_the_shared_key(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+def test_control_plane_join_runs_once_with_the_shared_key(cluster, tmp_path: Path) -> None:
     host = cluster.control_plane[1]
     sb = Sandbox(tmp_path / host.hostname, host.hostname, {})
     assert sb.run(host_scripts.prepare_host(cluster, host, KEY)).returncode == 0
@@ -149,6 +151,7 @@ def test_control_plane_join_runs_once_with_the_shared_key(cluster, tmp_path: Pat
     assert "already a control-plane member" in missing.stdout  # guard runs first
 
 
+@pytest.mark.slow
 def test_preview_joins_control_planes_one_at_a_time(stack: dict[str, Any],
                                                     tmp_path: Path) -> None:
     project = tmp_path / "gpu-cluster"

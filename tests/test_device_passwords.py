@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
-from conftest import REPO, run_offline
+from support.project import REPO, run_offline
 
 SWITCH, OTHER_SWITCH = "leaf-su1-r0-1", "spine-01"
 BMC_HOST, OTHER_BMC_HOST = "gpu-node-03", "gpu-node-04"
@@ -54,6 +55,7 @@ def probe(project: Path) -> dict[str, str]:
     return json.loads(line.removeprefix("PROBE "))
 
 
+@pytest.mark.slow
 def test_a_named_device_logs_in_with_its_own_password(project: Path) -> None:
     with_device_passwords(project, [SWITCH], [BMC_HOST])
     seen = probe(project)

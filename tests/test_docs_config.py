@@ -9,8 +9,8 @@ import types
 import typing
 from typing import Any
 
-from conftest import REPO
 from pydantic import BaseModel
+from support.project import REPO
 
 from components.config import Cluster
 

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_repo
+from support.project import REPO, copy_repo
 
 BLOCK = re.compile(r"^```console\n(.*?)^```", re.M | re.S)
 PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if BLOCK.search(p.read_text()))
@@ -82,6 +82,7 @@ def run_block(script: str, project: Path, env: dict[str, str]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_console_blocks_run_as_written(page: Path, scratch: tuple[Path, dict[str, str]]
                                        ) -> None:

@@ -6,15 +6,15 @@ import re
 from pathlib import Path
 
 import yaml
-from conftest import prod_raw
+from support.project import prod_raw
 
-from components.config import validate_cluster
 from components.planning import kubeadm
+from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cluster(**kubernetes: object):  # noqa: ANN201 - the validated model
+def cluster(**kubernetes: object):
     raw = prod_raw()
     raw["kubernetes"].update(kubernetes)
     return validate_cluster(raw, REPO)

@@ -17,7 +17,7 @@ Facts (docs/cabling.md links the pages):
 
 from __future__ import annotations
 
-from fabric_sim import DGX_HCAS, PROD_SMS, cluster, prod_spec
+from support.fabric_sim import DGX_HCAS, PROD_SMS, cluster, prod_spec
 
 from components.planning.fabric import (
     Endpoint,

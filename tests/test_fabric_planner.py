@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from fabric_sim import PROD_SMS, STORAGE_GUID, cluster, prod_spec
+from support.fabric_sim import PROD_SMS, STORAGE_GUID, cluster, prod_spec
 
 from components.planning.fabric import (
     FabricNode,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from fabric_sim import DGX_HCAS
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fabric_sim import DGX_HCAS
 
 from components.planning.fabric import (
     FabricNode,
@@ -154,6 +155,7 @@ def _check_cages(plan: FabricPlan) -> None:
     assert sum(b.quantity for b in plan.bom if b.category == "cable") == use.physical_cables
 
 
+@pytest.mark.slow
 @SLOW
 @given(masks, sm_count, st.sets(st.integers(0, 40), max_size=3))
 def test_structure_reachability_determinism(m: list[int], k: int, missing: set[int]) -> None:
@@ -186,6 +188,7 @@ def _port_maps(plan: FabricPlan) -> dict[str, dict[int, str]]:
     return maps
 
 
+@pytest.mark.slow
 @SLOW
 @given(masks, st.data())
 def test_adding_a_node_only_adds_its_own_cables(m: list[int], data: st.DataObject) -> None:

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, prod_raw
-from fabric_sim import (
+from support.fabric_sim import (
     PROD_SMS,
     Faults,
     SimFabric,
@@ -25,9 +24,8 @@ from fabric_sim import (
     skip_reason,
     write_fabric,
 )
+from support.project import REPO, prod_raw
 
-from components.config import validate_cluster
-from components.fabric import sm_keys_conf, sm_restart_order, sm_role_wait
 from components.planning import placement
 from components.planning.fabric import (
     FabricNode,
@@ -39,8 +37,11 @@ from components.planning.fabric import (
     verify_plan,
 )
 from components.planning.fabric.sm_files import render_opensm_conf
+from components.planning.subnet_manager import sm_keys_conf, sm_restart_order, sm_role_wait
+from components.stack_config import validate_cluster
 
-pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 
 FULL = 0x8000
 
@@ -79,11 +80,11 @@ CASES = {
 # 1024 nodes (8 pods, 128 cores, 8832 LIDs) routes with ftree too, in about a minute on
 # 2 cores (opensm ~20 s, dump_fts ~20 s): opt in with FABRIC_SIM_1024=1.
 CASES["three-tier-1024"] = lambda: plan_fabric(cluster(1024), (), FabricSpec())
-_SLOW = pytest.mark.skipif(os.environ.get("FABRIC_SIM_1024") != "1",
+_OPT_IN_1024 = pytest.mark.skipif(os.environ.get("FABRIC_SIM_1024") != "1",
                            reason="1024-node simulation takes ~1 min; set FABRIC_SIM_1024=1")
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_SLOW) if c.endswith("1024") else c
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_OPT_IN_1024) if c.endswith("1024") else c
                                   for c in CASES])
 def test_opensm_routes_the_rendered_fabric(case: str, tmp_path: Path) -> None:
     plan = CASES[case]()

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_repo
-from fabric_sim import PROD_SMS, Faults, cluster, prod_spec
+from support.fabric_sim import PROD_SMS, Faults, cluster, prod_spec
+from support.project import copy_repo
 
 from components.planning.fabric import (
     FabricPlan,
@@ -192,6 +192,7 @@ def test_cli(tmp_path: Path, prod: FabricPlan) -> None:
     assert missing.returncode == 2
 
 
+@pytest.mark.slow
 def test_make_verify_fabric_refuses_a_stale_plan(tmp_path: Path) -> None:
     """`make verify-fabric` previews first; when the config does not preview, build/ holds an
     older plan, and comparing the fabric with it would be wrong: it stops (exit 2) and says so.
@@ -210,3 +211,17 @@ def test_make_verify_fabric_refuses_a_stale_plan(tmp_path: Path) -> None:
     assert stale.returncode == 2, stale.stdout + stale.stderr
     assert "the preview of prod failed (exit 2)" in stale.stderr
     assert "fabric matches the plan" not in stale.stdout
+
+
+def test_every_hca_port_line_names_its_port_guid(prod: FabricPlan) -> None:
+    """In ibnetdiscover's format an HCA's port line is `[1](<port GUID, hex>)` followed by the
+    switch port it is cabled to: each must carry the port GUID the plan gives that HCA."""
+    import re
+
+    text = render_topology_net(prod)
+    port_guids = {int(r.port_guid, 16) for n in prod.nodes for r in n.rails}
+    port_guids |= {int(s.port_guid, 16) for s in prod.sm}
+    lines = re.findall(r"^\[1\]\(([^)]*)\)\t\"S-", text, re.M)
+    assert len(lines) == len(port_guids)
+    assert all(re.fullmatch(r"[0-9a-f]{1,16}", g) for g in lines), lines[:3]
+    assert {int(g, 16) for g in lines} == port_guids

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, copy_repo, run_offline
+from support.project import REPO, copy_repo, run_offline
 
 KEY = "gpu-cluster:cluster"
 Change = Callable[[dict[str, Any]], None]
@@ -108,6 +108,9 @@ ACCEPTED = {
 }
 
 
+# 19 previews in a fresh interpreter each (~0.7 s apiece); the config model's own tests
+# (test_config.py) cover the same refusals in-process.
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_a_config_or_planning_error_exits_2_naming_path_value_and_fix(
         shared_project: Path, case: str) -> None:
@@ -124,6 +127,7 @@ def test_a_config_or_planning_error_exits_2_naming_path_value_and_fix(
     assert not (shared_project / "build" / case).exists()  # nothing written either
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_a_near_miss_still_previews_clean(shared_project: Path, case: str) -> None:
     write_stack(shared_project, case, ACCEPTED[case])
@@ -276,7 +280,7 @@ def test_the_stack_file_holds_no_secure_value_and_the_project_declares_every_sec
     """`secure: v1:placeholder:…` is no provider's ciphertext: the real CLI cannot read such a
     file. Secrets are declared in Pulumi.yaml (secret, no default), so the CLI refuses to run
     until `pulumi config set --secret` added each."""
-    from components.config import SECRET_KEYS
+    from components.stack_config import SECRET_KEYS
     stack = (REPO / "Pulumi.prod.yaml").read_text()
     assert "secure:" not in stack
     declared = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
@@ -304,6 +308,7 @@ def test_the_offline_preview_reads_the_committed_stack_file_with_placeholders(pr
 # ---------------------------------------------------------------- 6. the Kubernetes provider
 
 
+@pytest.mark.slow
 def test_the_provider_is_pinned_to_the_cluster_and_never_drops_state(tmp_path: Path) -> None:
     """`PULUMI_K8S_DELETE_UNREACHABLE=true` in the runner's environment (the SDK reads it when
     the input is unset) must not reach the provider; `clusterIdentifier` keeps the provider
@@ -326,6 +331,7 @@ def test_the_provider_is_pinned_to_the_cluster_and_never_drops_state(tmp_path: P
 # ---------------------------------------------------------------- 7. split stacks
 
 
+@pytest.mark.slow
 def test_a_split_stack_without_the_core_kubeconfig_fails_instead_of_using_the_runners(
         tmp_path: Path) -> None:
     """A missing stack output is None with get_output, and a provider without a kubeconfig
@@ -357,6 +363,7 @@ def test_a_split_stack_without_the_core_kubeconfig_fails_instead_of_using_the_ru
 # ---------------------------------------------------------------- 8. a host moves
 
 
+@pytest.mark.slow
 def test_a_changed_host_address_is_an_update_that_runs_create_on_the_new_host(
         tmp_path: Path) -> None:
     """pulumi-command 1.2 marks only `triggers` replace-on-change: a new connection.host is an

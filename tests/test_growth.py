@@ -12,8 +12,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from conftest import NODE_RESOURCES, run_offline
+from support.project import NODE_RESOURCES, run_offline
+
+# Every test renders a baseline of a copy of prod and previews its growth.
+pytestmark = pytest.mark.slow
 
 KEY = "gpu-cluster:cluster"
 

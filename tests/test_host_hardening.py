@@ -3,7 +3,7 @@ fingerprint, the sshd drop-in, the nftables allowlist on the management interfac
 kernel settings the kubelet's protectKernelDefaults requires.
 
 Rendering is checked against the upstream facts (kept here, apart from the code under test);
-behaviour runs in the bubblewrap sandbox of tests/sandbox.py, twice where a rerun must be a
+behaviour runs in the bubblewrap sandbox of tests/support/sandbox.py, twice where a rerun must be a
 no-op. The rendered ruleset is also checked by the real `nft -c` when nftables is installed.
 """
 
@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, prod_raw
-from sandbox import (
+from support.project import REPO, prod_raw
+from support.sandbox import (
     DGX_H100_HCAS,
     K8S_KEY_FPR,
     Run,
@@ -30,8 +30,9 @@ from sandbox import (
     unavailable,
 )
 
-from components.config import CLUSTER_KEY, validate_cluster
+from components.config_types import CLUSTER_KEY
 from components.planning import host_scripts
+from components.stack_config import validate_cluster
 
 CLUSTER = prod_cluster()
 SCRIPTS = prod_scripts()
@@ -93,6 +94,7 @@ def test_every_kubernetes_host_pins_the_pkgs_k8s_io_key() -> None:
         assert not re.search(r"curl[^\n]*\|\s*gpg", script(host)), host  # never piped unchecked
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_pinned_key_is_checked_before_it_is_installed(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, CP.hostname)
@@ -107,6 +109,7 @@ def test_the_pinned_key_is_checked_before_it_is_installed(tmp_path: Path) -> Non
     assert not list(sb.path("/tmp").iterdir())  # the download is not left behind
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.parametrize("served", [
     [(OTHER_KEY, None)],  # someone else's key
@@ -131,6 +134,7 @@ def test_a_key_that_is_not_the_pinned_one_is_refused_and_nothing_is_written(
     assert not list(sb.path("/tmp").iterdir())
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.parametrize("installed", [f"stub-key {OTHER_KEY}\n",
                                        f"stub-key {PKGS_K8S_IO_KEY} 1735171200\n"],
@@ -169,6 +173,7 @@ def test_every_host_renders_the_sshd_drop_in() -> None:
     assert variable(rendered, "SSHD_CONFIG") == text and "FIREWALL_RULES" not in rendered
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.parametrize("host", [CP.hostname, SM.hostname, GPU.hostname])
 def test_the_drop_in_is_tested_before_it_is_installed_and_a_rerun_changes_nothing(
@@ -183,6 +188,7 @@ def test_the_drop_in_is_tested_before_it_is_installed_and_a_rerun_changes_nothin
     assert {k.lower(): v for k, v in SSHD.items()}.items() <= effective_sshd(sb).items()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_login_host_gets_the_drop_in_and_no_firewall(tmp_path: Path) -> None:
     login = CLUSTER.hosts[0].model_copy(update={"role": "login", "hostname": "login-01"})
@@ -191,6 +197,7 @@ def test_a_login_host_gets_the_drop_in_and_no_firewall(tmp_path: Path) -> None:
     assert first.changes == [("systemctl", "reload", "ssh")], first.explain()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_drop_in_wins_over_cloud_init(tmp_path: Path) -> None:
     """sshd keeps the first value it reads: 10-gpu-cluster.conf is read before cloud-init's
@@ -203,6 +210,7 @@ def test_the_drop_in_wins_over_cloud_init(tmp_path: Path) -> None:
     assert effective_sshd(sb)["passwordauthentication"] == "no"
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_value_read_before_the_drop_in_stops_the_script(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, SM.hostname)
@@ -213,6 +221,7 @@ def test_a_value_read_before_the_drop_in_stops_the_script(tmp_path: Path) -> Non
     assert "sshd: PasswordAuthentication is yes in effect, not no" in run.stderr
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_an_invalid_sshd_configuration_is_never_left_in_place(tmp_path: Path) -> None:
     # Invalid before any change: nothing is written, nothing reloaded.
@@ -329,6 +338,7 @@ def test_the_rendered_ruleset_passes_the_real_nft_check(tmp_path: Path, host: st
                           capture_output=True).returncode != 0
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_ruleset_is_checked_then_loaded_and_a_rerun_changes_nothing(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, CP.hostname)
@@ -353,6 +363,7 @@ def test_the_ruleset_is_checked_then_loaded_and_a_rerun_changes_nothing(tmp_path
     assert ok(sb.run(script(CP.hostname))).changes == [("nft", "-f", RULES)]
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_ruleset_nft_rejects_is_never_installed(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, SM.hostname)
@@ -364,6 +375,7 @@ def test_a_ruleset_nft_rejects_is_never_installed(tmp_path: Path) -> None:
     assert not sb.path("/etc/systemd/system/gpu-cluster-firewall.service").exists()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_management_interface_is_the_one_holding_the_management_address(
         tmp_path: Path) -> None:
@@ -373,6 +385,7 @@ def test_the_management_interface_is_the_one_holding_the_management_address(
     assert 'define management_ifaces = { "bond0" }' in sb.path(RULES).read_text()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_no_interface_with_the_management_address_stops_before_any_firewall_change(
         tmp_path: Path) -> None:
@@ -384,6 +397,7 @@ def test_no_interface_with_the_management_address_stops_before_any_firewall_chan
     assert not run.find("nft") and not sb.path(RULES).exists()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_firewall_never_locks_out_the_ssh_client_running_it(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, SM.hostname)
@@ -397,6 +411,7 @@ def test_the_firewall_never_locks_out_the_ssh_client_running_it(tmp_path: Path) 
     assert sb.path(RULES).exists()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_runner_on_an_admin_network_is_not_locked_out(tmp_path: Path) -> None:
     cluster = _with_firewall(adminCidrs=["192.168.7.0/24"])
@@ -407,6 +422,7 @@ def test_a_runner_on_an_admin_network_is_not_locked_out(tmp_path: Path) -> None:
     assert "ip saddr $admin_nets tcp dport 22 accept" in sb.path(RULES).read_text()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_turning_the_firewall_off_removes_exactly_what_the_stack_installed(
         tmp_path: Path) -> None:
@@ -429,6 +445,7 @@ def test_every_kubernetes_host_has_the_kubelet_kernel_defaults(host: str) -> Non
         assert sysctls.get(key) == str(value), (host, key)
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_sysctl_file_read_after_ours_stops_the_script(tmp_path: Path) -> None:
     """`sysctl --system` applies the last value: a later file would make the kubelet refuse
@@ -442,7 +459,7 @@ def test_a_sysctl_file_read_after_ours_stops_the_script(tmp_path: Path) -> None:
 
 
 # --- the firewall's settings --------------------------------------------------------------------
-def _with_firewall(**settings: object):  # noqa: ANN202 - the validated model
+def _with_firewall(**settings: object):
     raw = prod_raw()
     raw["network"]["hostFirewall"] = settings
     return validate_cluster(raw, REPO)

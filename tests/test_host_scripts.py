@@ -1,7 +1,7 @@
 """Every script the prod stack runs on a host, run for real (twice) in a sandbox.
 
-The harness (tests/sandbox.py) gives each host a throw-away root and recording stubs for every
-command with side effects. The first run must do the work; the second must make no
+The harness (tests/support/sandbox.py) gives each host a throw-away root and recording stubs
+for every command with side effects. The first run must do the work; the second must make no
 state-changing call and leave every file as it was: nothing is initialised, joined, formatted,
 installed or restarted twice.
 """
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sandbox import (
+from support.sandbox import (
     DGX_H100_HCAS,
     STUB_CERT_KEY,
     STUB_INIT_TOKEN,
@@ -32,9 +32,9 @@ from sandbox import (
     unavailable,
 )
 
-from components.config import CLUSTER_KEY
-from components.fabric import sm_apply_script, sm_keys_conf, with_sm_keys
+from components.config_types import CLUSTER_KEY
 from components.planning import host_scripts, kubeadm, kubelet_serving
+from components.planning.subnet_manager import sm_apply_script, sm_keys_conf, with_sm_keys
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
 
@@ -247,6 +247,7 @@ CHECKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", HOSTS)
 def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
     """Each of the host's scripts, in deploy order: the first run does the work, the second
@@ -291,6 +292,7 @@ def test_read_only_scripts_only_read() -> None:
 
 
 # --- GPU node: scratch array, kernel arguments, rails ----------------------------------------
+@pytest.mark.slow
 def test_reboot_assembles_the_scratch_array_and_never_formats_it(tmp_path: Path) -> None:
     """After a reboot (or an OS reinstall) the drives carry the array but /dev/md/scratch is not
     there: the script assembles it. Re-creating it, or mkfs, would wipe the staged data."""
@@ -304,6 +306,7 @@ def test_reboot_assembles_the_scratch_array_and_never_formats_it(tmp_path: Path)
     run_twice(sb, script(GPU, "prepare-host.sh"))
 
 
+@pytest.mark.slow
 def test_an_interrupted_mkfs_is_finished_by_the_next_run(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, GPU)
     mkfs = f"mkfs.{SCRATCH.filesystem}"
@@ -314,6 +317,7 @@ def test_an_interrupted_mkfs_is_finished_by_the_next_run(tmp_path: Path) -> None
     assert run.count(mkfs) == 1 and run.count("mount", SCRATCH.mount_point) == 1
 
 
+@pytest.mark.slow
 def test_a_missing_hca_fails_before_lnet_binds_the_rails(tmp_path: Path) -> None:
     missing = NODES[GPU].rails[3].hca
     sb = sandbox(tmp_path, GPU, drop_hca=missing)
@@ -322,6 +326,7 @@ def test_a_missing_hca_fails_before_lnet_binds_the_rails(tmp_path: Path) -> None
     assert not run.find("lnetctl") and not sb.path("/etc/lnet.conf").exists()
 
 
+@pytest.mark.slow
 def test_a_rail_named_otherwise_than_configured_fails_with_the_fix(tmp_path: Path) -> None:
     """A node cabled or enumerated differently from the template (e.g. not a DGX H100): the
     script names the rail, what the OS calls it and the key to fix, and binds nothing."""
@@ -343,6 +348,7 @@ def test_a_rail_named_otherwise_than_configured_fails_with_the_fix(tmp_path: Pat
     assert not run.find("lnetctl") and not run.find("netplan")
 
 
+@pytest.mark.slow
 def test_renamed_rails_from_an_earlier_rendering_get_their_names_back_at_the_reboot(
         tmp_path: Path) -> None:
     """Hosts prepared when the stack renamed rails to ib<r> (.link files, applied by a boot):
@@ -363,6 +369,7 @@ def test_renamed_rails_from_an_earlier_rendering_get_their_names_back_at_the_reb
     assert [sb.netdev(r.hca) for r in node.rails] == [r.netdev for r in node.rails]
 
 
+@pytest.mark.slow
 def test_a_gpu_node_without_nvme_still_gets_the_gpu_steps(tmp_path: Path) -> None:
     node = NODES[GPU]
     bare = dataclasses.replace(node, template=node.template.model_copy(
@@ -382,6 +389,7 @@ def test_variables_are_rendered_unindented() -> None:
 
 
 # --- kubeadm init ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_init_runs_once_and_its_rerun_touches_nothing(tmp_path: Path) -> None:
     sb = prepared(tmp_path, CP)
     first = ok(sb.run(script(CP, "kubeadm-init.sh")))
@@ -390,6 +398,7 @@ def test_init_runs_once_and_its_rerun_touches_nothing(tmp_path: Path) -> None:
     assert second.calls == [] and "already initialised" in second.stdout
 
 
+@pytest.mark.slow
 def test_a_failed_init_is_retried_with_the_same_encryption_key(tmp_path: Path) -> None:
     sb = prepared(tmp_path, CP)
     sb.fail_next("kubeadm init")
@@ -408,6 +417,7 @@ def _kubelet_script(**changes: object) -> str:
     return kubeadm.kubelet_config_script(cluster, CLUSTER.control_plane[0])
 
 
+@pytest.mark.slow
 def test_a_changed_kubelet_setting_is_uploaded_once(tmp_path: Path) -> None:
     """What `pulumi up` runs when the stack's KubeletConfiguration changes after init."""
     sb = prepared(tmp_path, CP)
@@ -420,6 +430,7 @@ def test_a_changed_kubelet_setting_is_uploaded_once(tmp_path: Path) -> None:
     assert "maxPods: 64" in (sb.state / "kubelet-config-configmap").read_text()
 
 
+@pytest.mark.slow
 def test_a_failed_upload_is_retried_by_the_next_run(tmp_path: Path) -> None:
     sb = prepared(tmp_path, CP)
     ok(sb.run(script(CP, "kubeadm-init.sh")))
@@ -431,6 +442,7 @@ def test_a_failed_upload_is_retried_by_the_next_run(tmp_path: Path) -> None:
 
 
 # --- kubeadm join ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", ["JOIN_TOKEN", "CA_CERT_HASH"])
 def test_join_refuses_to_run_without_its_secrets(tmp_path: Path, missing: str) -> None:
     sb = prepared(tmp_path, GPU)
@@ -445,6 +457,7 @@ def test_join_refuses_to_run_without_its_secrets(tmp_path: Path, missing: str) -
     assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
 
 
+@pytest.mark.slow
 def test_join_never_shows_or_leaves_the_token(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
     first = ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN))
@@ -454,6 +467,7 @@ def test_join_never_shows_or_leaves_the_token(tmp_path: Path) -> None:
     assert TOKEN not in second.output and sb.files_containing(TOKEN) == []
 
 
+@pytest.mark.slow
 def test_a_failed_join_removes_the_token_file_and_is_retried(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
     sb.fail_next("kubeadm join")
@@ -465,12 +479,14 @@ def test_a_failed_join_removes_the_token_file_and_is_retried(tmp_path: Path) -> 
 
 
 # --- leaving: drain on the control plane, then reset on the worker ---------------------------
+@pytest.mark.slow
 def test_leave_does_nothing_on_a_node_that_never_joined(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
     run = ok(sb.run(kubeadm.leave_script(GPU)))
     assert run.calls == [] and "not joined" in run.stdout
 
 
+@pytest.mark.slow
 def test_leave_resets_a_joined_node_once(tmp_path: Path) -> None:
     sb = prepared(tmp_path, GPU)
     ok(sb.run(script(GPU, "kubeadm-join.sh"), credentials=JOIN_STDIN))
@@ -479,6 +495,7 @@ def test_leave_resets_a_joined_node_once(tmp_path: Path) -> None:
     assert not sb.path("/etc/kubernetes/kubelet.conf").exists()
 
 
+@pytest.mark.slow
 def test_drain_is_a_noop_for_a_node_that_is_not_a_member(tmp_path: Path) -> None:
     sb = prepared(tmp_path, CP)
     ok(sb.run(script(CP, "kubeadm-init.sh")))
@@ -488,6 +505,7 @@ def test_drain_is_a_noop_for_a_node_that_is_not_a_member(tmp_path: Path) -> None
     assert sb.nodes() == {"gpu-node-01"}
 
 
+@pytest.mark.slow
 def test_drain_cordons_drains_and_deletes_a_member_once(tmp_path: Path) -> None:
     sb = prepared(tmp_path, CP)
     ok(sb.run(script(CP, "kubeadm-init.sh")))
@@ -499,6 +517,7 @@ def test_drain_cordons_drains_and_deletes_a_member_once(tmp_path: Path) -> None:
     assert sb.nodes() == set()
 
 
+@pytest.mark.slow
 def test_drain_fails_when_the_api_server_cannot_answer(tmp_path: Path) -> None:
     """"Cannot ask" is not "not a member": exiting 0 would let the worker reset undrained."""
     sb = prepared(tmp_path, CP)
@@ -520,6 +539,7 @@ def apply(files: dict[str, str], keys: tuple[str, ...] = SM_KEYS) -> str:
     return with_sm_keys(sm_apply_script(files, "mlx5_0", master=True), keys)
 
 
+@pytest.mark.slow
 def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     files = sm_files()[SM]
@@ -536,6 +556,7 @@ def test_opensm_restarts_only_when_a_file_changed(tmp_path: Path) -> None:
     assert sb.run(apply(changed)).changes == []
 
 
+@pytest.mark.slow
 def test_the_keys_reach_only_the_installed_file_and_a_new_key_restarts_opensm(
         tmp_path: Path) -> None:
     """The rendered script holds no key and refuses to run without them (nothing changed);
@@ -562,6 +583,7 @@ def test_the_keys_reach_only_the_installed_file_and_a_new_key_restarts_opensm(
     assert f"m_key {rotated[0]}\n" in sb.path("/etc/opensm/opensm.conf").read_text()
 
 
+@pytest.mark.slow
 def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     files = sm_files()[SM]
@@ -575,6 +597,7 @@ def test_a_malformed_guid_file_installs_nothing(tmp_path: Path) -> None:
     assert run.changes == [] and diff_snapshots(before, sb.snapshot()) == []
 
 
+@pytest.mark.slow
 def test_a_failed_restart_is_retried_by_the_next_run(tmp_path: Path) -> None:
     sb = sm_sandbox(tmp_path)
     sb.fail_next("systemctl restart")
@@ -584,6 +607,7 @@ def test_a_failed_restart_is_retried_by_the_next_run(tmp_path: Path) -> None:
     assert sb.run(apply(sm_files()[SM])).changes == []
 
 
+@pytest.mark.slow
 def test_a_restart_is_done_only_once_opensm_is_back_in_its_role(tmp_path: Path) -> None:
     """The master that comes back still sweeping (DISCOVERING) or as a standby fails the run
     with the state it is in and keeps the restart pending; the next run restarts it again and
@@ -610,6 +634,7 @@ def test_a_restart_is_done_only_once_opensm_is_back_in_its_role(tmp_path: Path) 
 
 
 # --- the harness itself ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_sandbox_shadows_every_side_effect_and_isolates_the_host(tmp_path: Path) -> None:
     sb = sandbox(tmp_path, "probe")
     names = " ".join(stub_names())
@@ -622,6 +647,7 @@ def test_the_sandbox_shadows_every_side_effect_and_isolates_the_host(tmp_path: P
     assert resolved[-1].startswith("BOOT_IMAGE=") and "iommu=pt" not in resolved[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "call"), [
     ("sysctl", ("sysctl", "--system")),
     ("update-initramfs", ("update-initramfs", "-u")),
@@ -638,6 +664,7 @@ def test_a_failed_follow_up_action_is_retried_on_the_next_run(
     assert ok(sb.run(script(GPU, "prepare-host.sh"))).count(*call) == 0
 
 
+@pytest.mark.slow
 def test_a_new_kubernetes_version_installs_nothing_on_a_running_host(tmp_path: Path) -> None:
     """A host at 1.34 prepared for 1.35: the script points apt at the new minor's repository
     but leaves kubeadm, kubelet and kubectl alone (the runbook's kubeadm upgrade moves them, the
@@ -654,6 +681,7 @@ def test_a_new_kubernetes_version_installs_nothing_on_a_running_host(tmp_path: P
     assert "core:/stable:/v1.35/deb" in sources
 
 
+@pytest.mark.slow
 def test_a_board_whose_mac_is_not_the_inventorys_changes_nothing(tmp_path: Path) -> None:
     """A replaced board with the inventory row not yet updated (or a typo in it): its DHCP
     reservation (build/<stack>/network/dhcp-hosts) would hand the address to the wrong MAC at

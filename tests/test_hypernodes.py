@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw
+from support.project import prod_raw
 
-from components.config import Cluster, validate_cluster
+from components.config import Cluster
 from components.config_types import ConfigError
 from components.planning import kubeadm, placement, platform
+from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -283,3 +283,10 @@ def test_csv_and_yaml_forms_give_the_same_facts(data):
         from_yaml = load_inventory(write(Path(tmp), "inv.yaml", yaml.safe_dump(doc)))
     assert from_csv.nodes == from_yaml.nodes
     assert set(from_csv.nodes) == set(facts)
+
+
+def test_a_switch_without_a_guid_is_refused(tmp_path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("switches:\n  leaf-su1-r0-1: {}\n")
+    with pytest.raises(InventoryError, match=r"switches\.leaf-su1-r0-1 has no guid\. Fix: "):
+        load_inventory(path)

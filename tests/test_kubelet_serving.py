@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sandbox import prod_cluster
-from test_twin import BINS
+from support.sandbox import prod_cluster
+from support.twin import BINS
 
 from components.planning import kubeadm, kubelet_serving
 from twin.controlplane import TOKEN, ControlPlane
 
-pytestmark = pytest.mark.skipif(not BINS, reason="control-plane binaries not built: run "
-                                "`make k8s-tools` (kube-apiserver, controller-manager, kubectl)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not BINS, reason="control-plane binaries not built: run "
+                                 "`make k8s-tools` (kube-apiserver, controller-manager, kubectl)")]
 
 CLUSTER = prod_cluster()
 NODES = {n.hostname: str(n.management_ip) for n in CLUSTER.nodes}
@@ -50,7 +51,7 @@ def node_request(tmp: Path, node: str, sans: str | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def cluster(tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("kubelet-serving")
     with ControlPlane(BINS[-1], work / "cp") as cp:
         cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(kubelet_serving.approver_rbac()))

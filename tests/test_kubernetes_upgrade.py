@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw, run_offline
-from sandbox import Sandbox, unavailable
+from support.project import prod_raw, run_offline
+from support.sandbox import Sandbox, unavailable
 
-from components.config import Cluster, validate_cluster
+from components.config import Cluster
 from components.planning import upgrade
+from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "gpu-cluster:cluster"
@@ -77,6 +78,7 @@ def installs(run, pkg: str) -> int:
 
 # ---------------------------------------------------------------- the control plane
 
+@pytest.mark.slow
 def test_the_first_control_plane_upgrades_in_kubeadms_order(sandbox_root: Path) -> None:
     sb = control_plane(sandbox_root, "1.34.3")
     run = sb.run(upgrade.control_plane_script(cluster(), CP, first=True))
@@ -94,6 +96,7 @@ def test_the_first_control_plane_upgrades_in_kubeadms_order(sandbox_root: Path) 
     assert again.returncode == 0 and not again.changes, again.explain()
 
 
+@pytest.mark.slow
 def test_a_control_plane_at_the_target_changes_nothing(sandbox_root: Path) -> None:
     """The first bring-up: `kubeadm init` installed the target; the command is a no-op."""
     sb = control_plane(sandbox_root, "1.35.2")
@@ -101,6 +104,7 @@ def test_a_control_plane_at_the_target_changes_nothing(sandbox_root: Path) -> No
     assert run.returncode == 0 and not run.changes, run.explain()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("running", "says"), [
     ("1.33.6", "one minor version at a time"),
     ("1.35.3", "never downgrades"),
@@ -113,6 +117,7 @@ def test_the_skew_policy_is_enforced_on_the_host(sandbox_root: Path, running: st
     assert not run.find("apt-get", "install") and not run.find("kubeadm")
 
 
+@pytest.mark.slow
 def test_a_further_control_plane_runs_upgrade_node(sandbox_root: Path) -> None:
     sb = control_plane(sandbox_root, "1.34.3")
     run = sb.run(upgrade.control_plane_script(cluster(), CP, first=False))
@@ -124,6 +129,7 @@ def test_a_further_control_plane_runs_upgrade_node(sandbox_root: Path) -> None:
 
 # ---------------------------------------------------------------- the GPU nodes
 
+@pytest.mark.slow
 def test_a_gpu_node_is_drained_upgraded_and_uncordoned(sandbox_root: Path) -> None:
     cp = control_plane(sandbox_root, "1.35.2")  # its control plane upgraded already
     (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
@@ -151,6 +157,7 @@ def test_a_gpu_node_is_drained_upgraded_and_uncordoned(sandbox_root: Path) -> No
     assert done.find("kubectl", "uncordon", NODE)
 
 
+@pytest.mark.slow
 def test_a_node_cordoned_before_the_upgrade_stays_cordoned(sandbox_root: Path) -> None:
     cp = control_plane(sandbox_root, "1.35.2")
     (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
@@ -163,6 +170,7 @@ def test_a_node_cordoned_before_the_upgrade_stays_cordoned(sandbox_root: Path) -
     assert not done.find("kubectl", "uncordon")
 
 
+@pytest.mark.slow
 def test_no_worker_is_upgraded_ahead_of_the_api_server(sandbox_root: Path) -> None:
     cp = control_plane(sandbox_root, "1.34.3")  # the control plane has not upgraded
     run = cp.run(upgrade.drain_script(cluster(), NODE, (NODE,)))
@@ -170,6 +178,7 @@ def test_no_worker_is_upgraded_ahead_of_the_api_server(sandbox_root: Path) -> No
     assert not run.find("kubectl", "drain")
 
 
+@pytest.mark.slow
 def test_a_batch_never_splits_a_running_gang_job(sandbox_root: Path) -> None:
     """A 2-node PyTorchJob runs on gpu-node-00 and gpu-node-01. Draining gpu-node-00 alone would
     evict one worker and restart the whole job: the batch waits for the job, then stops naming
@@ -204,6 +213,7 @@ def set_version(project: Path, version: str) -> None:
     stack.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("old", "new"), [("1.35.1", "1.35.2"), ("1.34.3", "1.35.2")])
 def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
                                                         new: str) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, prod_raw
-from sandbox import (
+from support.project import REPO, prod_raw
+from support.sandbox import (
     DGX_H100_HCAS,
     DGX_H100_RAIL_NETDEVS,
     Run,
@@ -26,8 +26,9 @@ from sandbox import (
     unavailable,
 )
 
-from components.config import CLUSTER_KEY, ConfigError, validate_cluster
+from components.config_types import CLUSTER_KEY, ConfigError
 from components.planning import host_scripts, lnet
+from components.stack_config import validate_cluster
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +194,7 @@ def lnet_calls(run: Run) -> list[tuple[str, ...]]:
             or c[:2] == ("sysctl", "-p")]
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_first_run_configures_lnet_and_a_second_changes_nothing(tmp_path, prod):
     sb, script = gpu_host(tmp_path, prod)
@@ -225,6 +227,7 @@ def test_first_run_configures_lnet_and_a_second_changes_nothing(tmp_path, prod):
     assert second.changes == [], second.explain()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_changed_address_reloads_lnet_once(tmp_path, prod):
     sb, script = gpu_host(tmp_path, prod)
@@ -243,6 +246,7 @@ def test_a_changed_address_reloads_lnet_once(tmp_path, prod):
     assert again.changes == [], again.explain()
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_failed_import_is_retried_by_the_next_run(tmp_path, prod):
     sb, script = gpu_host(tmp_path, prod)
@@ -253,6 +257,7 @@ def test_a_failed_import_is_retried_by_the_next_run(tmp_path, prod):
     assert ok(sb.run(script)).changes == []
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_a_host_without_doca_ofed_stops_before_installing_the_client(tmp_path, prod):
     sb, script = gpu_host(tmp_path, prod)

@@ -7,40 +7,20 @@ inventory), previews, and reads `build/prod/diff.json`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from conftest import NODE_RESOURCES, REPO, run_offline
+from support.project import NODE_RESOURCES, REPO, run_offline
+from support.stack_edits import edit_inventory, edit_stack, render_baseline, seven_nodes
 
-KEY = "gpu-cluster:cluster"
+# Every test renders a baseline of a copy of prod and previews the change: two previews.
+pytestmark = pytest.mark.slow
 
 REBOOT_CHAIN = ("{h}-reboot-check", "{h}-reboot-drain", "{h}-reboot", "{h}-reboot-wait",
                 "{h}-reboot-uncordon")
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
-
-
-def edit_stack(project: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    path = project / "Pulumi.prod.yaml"
-    doc = yaml.safe_load(path.read_text())
-    change(doc["config"][KEY])
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-def edit_inventory(project: Path, change: Callable[[list[str]], list[str]]) -> None:
-    path = project / "inventory" / "prod.csv"
-    path.write_text("\n".join(change(path.read_text().splitlines())) + "\n")
-
-
-def seven_nodes(cluster: dict[str, Any]) -> None:
-    """gpu-node-07 leaves; the 4 training nodes and 3 serving replicas still fit in 7."""
-    cluster["gpuNodes"]["ranges"][0]["count"] = 7
-
-
-def render_baseline(project: Path) -> None:
-    proc = run_offline(project, "preview", "--render")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def preview(project: Path) -> tuple[list[dict[str, Any]], str]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from conftest import run_offline, write_offline_stack
+from support.offline_project import write_offline_stack
+from support.project import run_offline
 
 from offline.diff import (
     PHYSICAL_HEADING,
@@ -161,6 +163,7 @@ def test_end_to_end_diff_classification(offline_project: Path) -> None:
     assert "Command  admin-kubeconfig" not in out
 
 
+@pytest.mark.slow
 def test_render_then_check_rendered(offline_project: Path) -> None:
     proc = run_offline(offline_project, "preview", "--render")
     assert proc.returncode == 0, proc.stderr

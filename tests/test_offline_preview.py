@@ -1,4 +1,5 @@
-"""End to end: `python -m offline preview` on the fixture project (see conftest.py)."""
+"""End to end: `python -m offline preview` on the stand-in project of
+tests/support/offline_project.py."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import (
+from support.offline_project import (
     SECRET_CIPHERTEXT,
     STARTER_RULES,
     make_offline_project,
-    run_offline,
     write_offline_stack,
 )
+from support.project import run_offline
 
 PLACEHOLDER = "offline-secret-sshPrivateKey"
 HW = "urn:pulumi:prod::gpu-cluster::gpucluster:hardware:BareMetalNode$command:remote:Command::"

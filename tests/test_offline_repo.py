@@ -6,7 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_offline
+from support.project import REPO, run_offline
+
+# Previews of the whole prod stack, under several hash seeds.
+pytestmark = pytest.mark.slow
 
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
 

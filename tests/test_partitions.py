@@ -13,14 +13,14 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import REPO, prod_raw
+from support.project import REPO, prod_raw
 
-from components.config import validate_cluster
 from components.config_types import ConfigError
 from components.planning import placement
 from components.planning.fabric import PlanError, plan_fabric
 from components.planning.fabric.model import FabricSpec, Partition
 from components.planning.fabric.sm_files import render_partitions
+from components.stack_config import validate_cluster
 
 
 def _with_partitions(*parts: dict) -> dict:
@@ -93,7 +93,7 @@ def test_near_misses_are_accepted() -> None:
 
 
 def test_the_renderer_refuses_a_plan_without_one_data_path() -> None:
-    from fabric_sim import cluster
+    from support.fabric_sim import cluster
     for parts in ((Partition("a", 1),), (Partition("a", 1, data_path=True),
                                          Partition("b", 2, data_path=True)),
                   (Partition("a", 1, data_path=True, hosts=("gpu-node-00",)),)):

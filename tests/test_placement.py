@@ -12,18 +12,22 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import REPO, prod_raw
+from support.project import REPO, prod_raw
 
-from components.config import Cluster, validate_cluster
+from components.config import Cluster
 from components.planning import (
+    acceptance,
+    inference,
     kubeadm,
     nodes,
     platform,
     release_placement,
     storage,
+    training,
     workloads,
 )
 from components.planning.scheduling import fits, homes, tolerates
+from components.stack_config import validate_cluster
 
 
 @functools.cache
@@ -48,7 +52,7 @@ def test_every_release_has_its_components_listed() -> None:
 
 
 @pytest.mark.parametrize("release,component", CASES, ids=[f"{r}-{c.name}" for r, c in CASES])
-def test_every_chart_component_has_a_home(release: str, component) -> None:  # noqa: ANN001
+def test_every_chart_component_has_a_home(release: str, component) -> None:
     spec = release_placement.probes(release, RELEASES[release].values)[component.name]
     where = set(homes(spec, planned()))
     if component.runs_on == "system":
@@ -92,10 +96,10 @@ def _pod_specs(obj: dict) -> list[dict]:
 def test_every_rendered_pod_template_has_a_home() -> None:
     c = prod()
     objs = storage.csi_driver_objects(c) + [o for j in c.workloads.training
-                                            for o in workloads.training_objects(c, j)]
-    objs += [o for s in c.workloads.inference for o in workloads.inference_objects(c, s)]
+                                            for o in training.training_objects(c, j)]
+    objs += [o for s in c.workloads.inference for o in inference.inference_objects(c, s)]
     if c.workloads.nccl_test is not None:
-        objs.append(workloads.nccl_test_mpijob(c, c.workloads.nccl_test))
+        objs.append(acceptance.nccl_test_mpijob(c, c.workloads.nccl_test))
     specs = [(o["metadata"]["name"], s) for o in objs for s in _pod_specs(o)]
     assert len(specs) == 5  # CSI node plugin, torchrun worker, vLLM, NCCL launcher and worker
     for name, spec in specs:
@@ -132,11 +136,11 @@ def test_every_gpu_pod_names_a_priority_class_the_stack_creates() -> None:
     with the real API server)."""
     c = prod()
     classes = {pc["metadata"]["name"]: pc for pc in platform.priority_classes()}
-    training = [o for j in c.workloads.training for o in workloads.training_objects(c, j)]
-    training.append(workloads.nccl_test_mpijob(c, c.workloads.nccl_test))
-    inference = [o for s in c.workloads.inference for o in workloads.inference_objects(c, s)]
-    for objs, name in ((training, platform.TRAINING_PRIORITY),
-                       (inference, platform.INFERENCE_PRIORITY)):
+    trainers = [o for j in c.workloads.training for o in training.training_objects(c, j)]
+    trainers.append(acceptance.nccl_test_mpijob(c, c.workloads.nccl_test))
+    servers = [o for s in c.workloads.inference for o in inference.inference_objects(c, s)]
+    for objs, name in ((trainers, platform.TRAINING_PRIORITY),
+                       (servers, platform.INFERENCE_PRIORITY)):
         specs = [s for o in objs for s in _pod_specs(o)]  # MPI launchers are gang members too
         assert specs and all(s["priorityClassName"] == name for s in specs)
     assert classes[platform.INFERENCE_PRIORITY]["value"] > classes[platform.TRAINING_PRIORITY][
@@ -152,7 +156,7 @@ NO_PRIORITY_KEY = {"network-operator/operator", "network-operator/nfd-master",
 
 
 @pytest.mark.parametrize("release,component", CASES, ids=[f"{r}-{c.name}" for r, c in CASES])
-def test_every_chart_component_outranks_the_workloads(release: str, component) -> None:  # noqa: ANN001
+def test_every_chart_component_outranks_the_workloads(release: str, component) -> None:
     """Node agents share GPU nodes with serving pods whose class preempts lower priorities:
     they get Kubernetes' system-node-critical; controllers system-cluster-critical."""
     spec = release_placement.probes(release, RELEASES[release].values)[component.name]

@@ -1,6 +1,6 @@
 """Planned reboots of GPU nodes: what `pulumi up` runs when a node's boot settings change.
 
-The scripts run in the sandbox (tests/sandbox.py): a DGX H100-shaped GPU node and a control
+The scripts run in the sandbox (tests/support/sandbox.py): a DGX H100-shaped GPU node and a control
 plane whose kubectl stub keeps Nodes and ConfigMaps. A reboot is the sandbox's power cycle: a
 new boot ID, the staged kernel command line in effect, interface names assigned as udev would.
 The wiring (order, triggers, connections) is read from the prod rendering.
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
-from sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, ok, prod_cluster, unavailable
+from support.sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, ok, prod_cluster, unavailable
 
-from components.config import CLUSTER_KEY
+from components.config_types import CLUSTER_KEY
 from components.planning import host_scripts, reboot
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -55,6 +55,7 @@ def node_verbs(cp: Sandbox, node: str) -> list[str]:
     return (cp.state / "cluster/nodes" / node).read_text().split()
 
 
+@pytest.mark.slow
 def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> None:
     node, cp = gpu_node(tmp_path), control_plane(tmp_path, HOST)
     ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
@@ -94,6 +95,7 @@ def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> 
     assert node_verbs(cp, HOST) == ["drain", "uncordon"]
 
 
+@pytest.mark.slow
 def test_one_member_at_a_time(tmp_path: Path) -> None:
     """A second member waits for the lock and, when the first never finishes, stops with the
     holder's name and the fix, undrained."""
@@ -112,6 +114,7 @@ def test_one_member_at_a_time(tmp_path: Path) -> None:
     ok(drain(cp, "gpu-node-01", "reboot"))
 
 
+@pytest.mark.slow
 def test_a_node_cordoned_for_repair_stays_cordoned(tmp_path: Path) -> None:
     cp = control_plane(tmp_path, HOST)
     (cp.state / "cluster/nodes" / HOST).write_text("cordon\n")
@@ -122,6 +125,7 @@ def test_a_node_cordoned_for_repair_stays_cordoned(tmp_path: Path) -> None:
     assert lock(cp) is None
 
 
+@pytest.mark.slow
 def test_first_bring_up_reboots_without_drain_or_lock(tmp_path: Path) -> None:
     cp = control_plane(tmp_path)  # the node has not joined
     run = ok(drain(cp, HOST, "reboot"))
@@ -129,6 +133,7 @@ def test_first_bring_up_reboots_without_drain_or_lock(tmp_path: Path) -> None:
     assert run.changes == [] and lock(cp) is None
 
 
+@pytest.mark.slow
 def test_an_unreachable_api_server_stops_the_drain(tmp_path: Path) -> None:
     cp = control_plane(tmp_path, HOST)
     cp.api_down()
@@ -136,6 +141,7 @@ def test_an_unreachable_api_server_stops_the_drain(tmp_path: Path) -> None:
     assert run.returncode != 0 and run.changes == []
 
 
+@pytest.mark.slow
 def test_the_boot_must_bring_every_rail_interface(tmp_path: Path) -> None:
     node = gpu_node(tmp_path)
     rails = (*NODE.rails[:-1], dataclasses.replace(NODE.rails[-1], netdev="ibp221s0"))
@@ -189,6 +195,7 @@ def test_the_fingerprint_follows_the_kernel_command_line_only() -> None:
     assert reboot.boot_fingerprint(node(kernel_args=("iommu=pt", "init_on_alloc=0"))) != base
 
 
+@pytest.mark.slow
 def test_an_argument_added_or_dropped_needs_a_boot_and_an_unchanged_one_does_not(
         tmp_path: Path) -> None:
     def with_args(*args: str):

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw, run_offline
-from sandbox import DGX_H100_RAIL_NETDEVS
+from support.project import prod_raw, run_offline
+from support.sandbox import DGX_H100_RAIL_NETDEVS
 
-from components.config import Cluster, ConfigError, validate_cluster
+from components.compat import TRAINING_OPERATOR_COMMITS
+from components.config import Cluster
+from components.config_types import ConfigError
 from components.planning import platform
-from components.planning.compat import TRAINING_OPERATOR_COMMITS
+from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -84,6 +86,7 @@ def run_tool(*args: str) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------- schemas
 
 
+@pytest.mark.slow
 @needs_shared
 def test_every_object_is_valid_against_core_schemas_and_upstream_crds(build):
     """Every rendered object, custom kinds included, validated strictly: no kind is skipped."""
@@ -484,7 +487,7 @@ def test_platform_choices_the_stack_cannot_honour_are_config_errors(raw, path, v
     assert says in str(info.value)
 
 
-def test_calico_finds_each_node_on_the_management_network(raw) -> None:  # noqa: ANN001
+def test_calico_finds_each_node_on_the_management_network(raw) -> None:
     """GPU nodes carry eight IPoIB rails besides their management port: Calico's default
     first-found autodetection may pick a rail for the VXLAN overlay."""
     calico = next(r for r in platform.helm_releases(prod()) if r.name == "calico")
@@ -496,7 +499,7 @@ def test_calico_finds_each_node_on_the_management_network(raw) -> None:  # noqa:
 def test_every_accepted_network_operator_release_renders() -> None:
     """A release the config accepts (compat.NETWORK_OPERATOR_K8S) must render, pinned to its own
     images, never crash the preview for want of an image-table entry."""
-    from components.planning.compat import NETWORK_OPERATOR_K8S
+    from components.compat import NETWORK_OPERATOR_K8S
 
     for release in NETWORK_OPERATOR_K8S:
         raw = prod_raw()
@@ -507,6 +510,7 @@ def test_every_accepted_network_operator_release_renders() -> None:
         assert spec["rdmaSharedDevicePlugin"]["version"] == f"network-operator-v{release}"
 
 
+@pytest.mark.slow
 def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> None:
     """An operator upgrade to a release the stack has never seen: one entry in the pack's
     release table and the version in the stack file, no code; the preview renders the new

@@ -1,4 +1,4 @@
-"""Every rule, through the real analyzer (see test_policy_analyzer.py), on the recorded prod
+"""Every rule, through the real analyzer (tests/support/analyzer.py), on the recorded prod
 stack: the known-good fixture passes, one single-field mutation per rule violates it, and one
 near miss (a change that looks suspicious but is fine) does not."""
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_policy_analyzer import Analyzer, Res, gpu_guardrails, prod_policy_config, recorded_prod
+from support.analyzer import Analyzer, Res, gpu_guardrails, prod_policy_config
 
 TRAIN = ("kubernetes:kubeflow.org/v1:PyTorchJob", "")
 DEPLOY = ("kubernetes:apps/v1:Deployment", "")
@@ -27,7 +27,6 @@ RELEASE_NET = ("kubernetes:helm.sh/v3:Release", "network-operator")
 INIT = ("command:remote:Command", "kubeadm-init")
 TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
 FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
-LEAF_B = ("command:remote:Command", "leaf-su1-r4-5-config")
 NS = ("kubernetes:core/v1:Namespace", "training")
 DENY = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "training-default-deny-ingress")
 POOL = ("kubernetes:metallb.io/v1beta1:IPAddressPool", "")
@@ -170,10 +169,11 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "fabric-within-radix": (FABRIC, lambda p: leaf(p).update(highestPort=65),
                             lambda p: leaf(p).update(highestPort=64, hostPorts=32,
                                                      switchPorts=32)),
+    # gpu-node-00's rail 4 cabled to rail 0's leaf, and (near miss) another HCA on its leaf.
     "fabric-one-leaf-per-rail-per-su": (
-        LEAF_B, replace_text("stdin", '"gpu-node-00 rail 4 (mlx5_6)',
-                             '"gpu-node-00 rail 0 (mlx5_0)'),
-        replace_text("stdin", '"gpu-node-00 rail 4 (mlx5_6)', '"gpu-node-00 rail 4 (mlx5_7)')),
+        FABRIC, lambda p: p["facts"]["rails"]["gpu-node-00"]["4"].update(
+            switches=["leaf-su1-r0-1"]),
+        lambda p: p["facts"]["rails"]["gpu-node-00"]["4"].update(hcas=["mlx5_7"])),
     "subnet-managers-redundant": (FABRIC, sm_priorities(15, 15), sm_priorities(15, 0)),
     "subnet-manager-m-key-protected": (
         FABRIC, lambda p: p["facts"]["subnetManagers"][0].update(mKeyProtection=1),
@@ -330,11 +330,6 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
             {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
              "effect": "NoSchedule"}])),
 }
-
-
-@pytest.fixture(scope="session")
-def prod_plan(tmp_path_factory: pytest.TempPathFactory) -> list[Res]:
-    return recorded_prod(tmp_path_factory)[1]
 
 
 def find(plan: list[Res], selector: tuple[str, str]) -> int:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
-from conftest import run_offline
-from test_node_changes import edit_inventory, edit_stack, render_baseline, seven_nodes
+from support.project import REPO, run_offline
+from support.stack_edits import edit_inventory, edit_stack, render_baseline, seven_nodes
 
 from components.planning.workloads import POLICY_SUPPRESS_ANNOTATION
 
@@ -27,6 +28,7 @@ def sections(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(heads)]
 
 
+@pytest.mark.slow
 def test_a_hardware_change_reads_impact_then_policies_then_diff_then_runbook(
         project: Path) -> None:
     render_baseline(project)
@@ -51,6 +53,7 @@ def test_a_hardware_change_reads_impact_then_policies_then_diff_then_runbook(
     assert heads[-5:] == ["Stack", "By", "Fabric", "Bring-up", "Wrote"], heads
 
 
+@pytest.mark.slow
 def test_the_diff_shows_old_and_new_values_and_masks_secrets(project: Path) -> None:
     render_baseline(project)
     stack = project / "Pulumi.prod.yaml"
@@ -74,6 +77,7 @@ def test_the_diff_shows_old_and_new_values_and_masks_secrets(project: Path) -> N
     # appears in plain text anywhere it writes (preview._leak_check).
 
 
+@pytest.mark.slow
 def test_suppressed_findings_are_listed_with_their_reasons(project: Path) -> None:
     proc = run_offline(project, "preview")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,13 +95,13 @@ def test_suppressed_findings_are_listed_with_their_reasons(project: Path) -> Non
 def test_the_stack_writes_the_packs_suppression_annotation() -> None:
     import sys
 
-    from conftest import REPO
     sys.path.insert(0, str(REPO / "policies"))
     from gpu_guardrails.registry import SUPPRESS_ANNOTATION
 
     assert POLICY_SUPPRESS_ANNOTATION == SUPPRESS_ANNOTATION
 
 
+@pytest.mark.slow
 def test_a_new_stack_copied_from_prod_previews_clean_and_says_which_policies_apply(
         project: Path) -> None:
     (project / "Pulumi.staging.yaml").write_text((project / "Pulumi.prod.yaml").read_text())
@@ -112,7 +116,6 @@ def test_the_command_list_shows_only_commands_a_user_runs() -> None:
     import subprocess
     import sys
 
-    from conftest import REPO
     out = subprocess.run([sys.executable, "-m", "offline", "--help"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     assert "SUPPRESS" not in out
@@ -127,7 +130,6 @@ def test_a_switch_without_a_host_key_is_sent_to_the_fabric_config() -> None:
     import sys
     from types import SimpleNamespace
 
-    from conftest import REPO
     sys.path.insert(0, str(REPO / "policies"))
     from gpu_guardrails.rules import ssh_host_key_pinned
 

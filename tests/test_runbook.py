@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_offline
-from test_node_changes import edit_inventory, edit_stack, render_baseline, seven_nodes
+from support.project import REPO, run_offline
+from support.stack_edits import edit_inventory, edit_stack, render_baseline, seven_nodes
 
 from offline.bench import scale_gpu_nodes
 from offline.diff import Change, Diff
@@ -28,6 +28,7 @@ def first(lines: list[str], needle: str) -> int:
     return next(i for i, line in enumerate(lines) if needle in line)
 
 
+@pytest.mark.slow
 def test_no_physical_change_no_runbook(project: Path) -> None:
     render_baseline(project)
     edit_stack(project, lambda c: c["workloads"]["inference"][0]["autoscaling"].update(
@@ -35,6 +36,7 @@ def test_no_physical_change_no_runbook(project: Path) -> None:
     assert book(project) == [""]
 
 
+@pytest.mark.slow
 def test_remove_a_node(project: Path) -> None:
     render_baseline(project)
     edit_stack(project, seven_nodes)
@@ -56,6 +58,7 @@ def test_remove_a_node(project: Path) -> None:
     assert any("make verify-fabric" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_add_a_node(project: Path) -> None:
     edit_stack(project, seven_nodes)
     full = (project / "inventory/prod.csv").read_text()
@@ -70,6 +73,7 @@ def test_add_a_node(project: Path) -> None:
     assert any("NCCL acceptance test" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_replace_a_node_needs_only_the_sm_files(project: Path) -> None:
     render_baseline(project)
     edit_inventory(project, lambda rows: [
@@ -83,6 +87,7 @@ def test_replace_a_node_needs_only_the_sm_files(project: Path) -> None:
     assert not any(w in line for line in lines for w in (" plug ", " pull ", "drain"))
 
 
+@pytest.mark.slow
 def test_move_a_node_to_another_slot(project: Path) -> None:
     edit_stack(project, seven_nodes)
     edit_inventory(project, lambda rows: [r for r in rows if not r.startswith("gpu-node-07,")])
@@ -111,6 +116,7 @@ def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
     assert "one node at a time" in lines[first(lines, "upgrade gpu-operator")]
 
 
+@pytest.mark.slow
 def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) -> None:
     render_baseline(project)
     edit_stack(project, lambda c: c["kubernetes"]["kubelet"].update(maxPods=200))
@@ -133,6 +139,7 @@ def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) ->
     assert not any("control-plane settings" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_control_plane_setting_change_says_the_init_will_not_apply_it(project: Path) -> None:
     render_baseline(project)
     edit_stack(project, lambda c: c["kubernetes"].update(auditLogging=False))
@@ -173,6 +180,7 @@ def test_a_cpu_manager_policy_change_removes_the_checkpoint_while_stopped() -> N
     assert "every node already in the cluster" in roll
 
 
+@pytest.mark.slow
 def test_add_a_whole_su(project: Path) -> None:
     doc = scale_gpu_nodes(yaml.safe_load((project / "Pulumi.prod.yaml").read_text()), 32,
                           free_slots=2)

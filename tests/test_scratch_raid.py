@@ -1,7 +1,7 @@
 """Local NVMe scratch on a DGX H100, run for real in the sandbox (docs/hosts.md).
 
-The fake host is DGX-shaped (tests/sandbox.py, `dgx_h100`): two 1.92 TB M.2 OS drives in an md
-RAID1 that holds /, eight 3.84 TB U.2 data drives, the /dev/disk/by-id links udev makes for
+The fake host is DGX-shaped (tests/support/sandbox.py, `dgx_h100`): two 1.92 TB M.2 OS drives
+in an md RAID1 that holds /, eight 3.84 TB U.2 data drives, the /dev/disk/by-id links udev makes for
 each, and kernel names shuffled so that nvme0n1..nvme7n1 is not the data set. With DGX OS's
 default the data drives are already md1, a RAID0 with ext4 mounted at /raid.
 
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from sandbox import (
+from support.sandbox import (
     DGX_DATA_NAMES,
     DGX_H100_HCAS,
     DgxStorage,
@@ -32,7 +32,10 @@ from sandbox import (
     unavailable,
 )
 
-from components.config import CLUSTER_KEY, Cluster, DataDrives, GpuNode
+from components.config import Cluster
+from components.config_nodes import DataDrives
+from components.config_types import CLUSTER_KEY
+from components.gpu_nodes import GpuNode
 from components.planning import host_scripts
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -84,6 +87,7 @@ def drive_writes(run: Run) -> list[tuple[str, ...]]:
 
 
 # --- DGX OS as shipped: the data drives are md1, RAID0, ext4 at /raid ---------------------------
+@pytest.mark.slow
 def test_dgx_os_data_array_is_adopted_never_recreated_or_formatted(tmp_path: Path) -> None:
     sb, storage = host(tmp_path)
     fstab = sb.path("/etc/fstab").read_text()
@@ -96,6 +100,7 @@ def test_dgx_os_data_array_is_adopted_never_recreated_or_formatted(tmp_path: Pat
     never_names_an_os_drive(first, storage)
 
 
+@pytest.mark.slow
 def test_the_configured_filesystem_never_reformats_an_adopted_array(tmp_path: Path) -> None:
     """storage.scratch.filesystem says xfs, DGX OS made ext4: the ext4 stays."""
     sb, _ = host(tmp_path)
@@ -103,6 +108,7 @@ def test_the_configured_filesystem_never_reformats_an_adopted_array(tmp_path: Pa
     assert drive_writes(first) == [] and not first.find("mkfs.xfs"), first.explain()
 
 
+@pytest.mark.slow
 def test_dgx_os_data_array_mounted_elsewhere_stops_with_the_fix(tmp_path: Path) -> None:
     """Adopting never unmounts DGX OS's /raid (cachefilesd or users may be on it)."""
     sb, storage = host(tmp_path)
@@ -113,6 +119,7 @@ def test_dgx_os_data_array_mounted_elsewhere_stops_with_the_fix(tmp_path: Path) 
     never_names_an_os_drive(run, storage)
 
 
+@pytest.mark.slow
 def test_the_data_drives_are_found_by_model_when_one_is_given(tmp_path: Path) -> None:
     sb, _ = host(tmp_path)
     run_twice(sb, script(mount_point="/raid", models=("MZQL23T8",)))
@@ -122,6 +129,7 @@ def test_the_data_drives_are_found_by_model_when_one_is_given(tmp_path: Path) ->
 
 
 # --- blank data drives (DGX OS installed without its data array, or a replaced set) -------------
+@pytest.mark.slow
 def test_blank_data_drives_become_one_raid0_chosen_by_id_not_kernel_order(
         tmp_path: Path) -> None:
     sb, storage = host(tmp_path, data_array=False)
@@ -149,6 +157,7 @@ def test_the_rendered_script_names_no_kernel_device() -> None:
     assert 'DATA_DRIVE_COUNT="8"' in text and 'DATA_DRIVE_SIZE="3.84 TB"' in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data_array", [False, True], ids=["blank", "dgx-os-array"])
 def test_a_missing_data_drive_stops_before_any_change(tmp_path: Path, data_array: bool) -> None:
     sb, storage = host(tmp_path, data_array=data_array, missing=("nvme6n1",))
@@ -161,6 +170,7 @@ def test_a_missing_data_drive_stops_before_any_change(tmp_path: Path, data_array
     never_names_an_os_drive(run, storage)
 
 
+@pytest.mark.slow
 def test_os_drives_are_never_taken_even_when_they_match(tmp_path: Path) -> None:
     """dataDrives describing the M.2 drives (1.92 TB, 2): both back / (md0), so neither is
     taken, and the script stops instead of building scratch on the OS."""
@@ -171,6 +181,7 @@ def test_os_drives_are_never_taken_even_when_they_match(tmp_path: Path) -> None:
         assert f"{drive.by_id} ({drive.name}, 1920 GB, {drive.model}): OS drive" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_data_drive_that_is_not_blank_is_never_written_over(tmp_path: Path) -> None:
     sb, storage = host(tmp_path, data_array=False)
     victim = storage.data_drives[3]
@@ -181,6 +192,7 @@ def test_a_data_drive_that_is_not_blank_is_never_written_over(tmp_path: Path) ->
     assert "wipefs -a" in run.stderr
 
 
+@pytest.mark.slow
 def test_stale_superblocks_on_some_data_drives_stop_the_script(tmp_path: Path) -> None:
     sb, storage = host(tmp_path, data_array=False)
     for drive in storage.data_drives[:3]:
@@ -189,6 +201,7 @@ def test_stale_superblocks_on_some_data_drives_stop_the_script(tmp_path: Path) -
     assert "3 of 8 data drives carry md superblocks" in run.stderr
 
 
+@pytest.mark.slow
 def test_an_array_that_also_spans_another_drive_is_not_adopted(tmp_path: Path) -> None:
     """An md array over the data drives and something else (here an OS partition) belongs to
     someone: it is neither adopted nor touched."""
@@ -199,6 +212,7 @@ def test_an_array_that_also_spans_another_drive_is_not_adopted(tmp_path: Path) -
     assert "adopted only when it is made of exactly the data drives" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_reboot_reassembles_the_array_by_id(tmp_path: Path) -> None:
     sb, storage = host(tmp_path, data_array=False)
     ok(sb.run(script()))

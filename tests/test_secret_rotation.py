@@ -12,18 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw, run_offline
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sandbox import Sandbox, unavailable
+from support.project import prod_raw, run_offline
+from support.sandbox import Sandbox, unavailable
 
-from components.config import (
-    ConfigError,
-    _fabric_key_problems,
-    _ssh_key_problem,
-    validate_cluster,
-)
+from components.config_types import ConfigError
 from components.planning.ssh_keys import authorized_keys_script, fingerprint
+from components.stack_config import fabric_key_problems, ssh_key_problem, validate_cluster
 
 KEY = "gpu-cluster:cluster"
 PROD_KEY = prod_raw()["credentials"]["sshPublicKey"]
@@ -75,6 +71,7 @@ def key_commands(project: Path) -> set[str]:
             if "privateKey" in yaml.safe_load(p.read_text())["inputs"]["connection"]}
 
 
+@pytest.mark.slow
 def test_authorising_the_next_key_touches_only_the_key_lists(project: Path) -> None:
     baseline(project)
     edit_credentials(project, sshAuthorizedKeys=[NEW_KEY])
@@ -85,6 +82,7 @@ def test_authorising_the_next_key_touches_only_the_key_lists(project: Path) -> N
     assert steps == []
 
 
+@pytest.mark.slow
 def test_swapping_to_an_authorised_key_reruns_every_ssh_command(project: Path) -> None:
     """pulumi-command holds the key in each command's `connection`; a new key is an update of
     every one, which runs its create again (provider/pkg/provider/remote/commandController.go)."""
@@ -103,6 +101,7 @@ def test_swapping_to_an_authorised_key_reruns_every_ssh_command(project: Path) -
                                f"({len(everyone)} commands on 11 hosts)")
 
 
+@pytest.mark.slow
 def test_swapping_to_a_key_no_host_authorises_is_refused(project: Path) -> None:
     baseline(project)
     edit_credentials(project, sshPublicKey=NEW_KEY)
@@ -112,6 +111,7 @@ def test_swapping_to_a_key_no_host_authorises_is_refused(project: Path) -> None:
     assert steps[0].startswith("REFUSED SSH key rotation")
 
 
+@pytest.mark.slow
 def test_a_new_switch_password_reruns_the_switch_commands(project: Path) -> None:
     baseline(project)
     edit_credentials(project, switchPasswordVersion=2)
@@ -124,6 +124,7 @@ def test_a_new_switch_password_reruns_the_switch_commands(project: Path) -> None
                                "password on every switch first")
 
 
+@pytest.mark.slow
 def test_a_new_bmc_password_reruns_the_redfish_settings(project: Path) -> None:
     baseline(project)
     edit_credentials(project, bmcPasswordVersion=2)
@@ -133,6 +134,7 @@ def test_a_new_bmc_password_reruns_the_redfish_settings(project: Path) -> None:
     assert steps[0].startswith("BMC password rotation (version 1 -> version 2)")
 
 
+@pytest.mark.slow
 def test_new_fabric_keys_restart_only_the_subnet_managers_in_a_window(project: Path) -> None:
     baseline(project)
     edit_credentials(project, fabricKeysVersion=2)
@@ -148,14 +150,14 @@ def test_new_fabric_keys_restart_only_the_subnet_managers_in_a_window(project: P
 
 # ---------------------------------------------------------------- the check at `pulumi up`
 
-def cluster(**credentials: object):  # noqa: ANN201 - the validated model
+def cluster(**credentials: object):
     raw = prod_raw()
     raw["credentials"].update(credentials)
     return validate_cluster(raw, Path(__file__).resolve().parent.parent)
 
 
 def test_up_refuses_a_private_key_that_is_not_the_declared_one() -> None:
-    problem = _ssh_key_problem(cluster(), NEW_PRIVATE, strict=True)
+    problem = ssh_key_problem(cluster(), NEW_PRIVATE, strict=True)
     assert problem is not None
     assert problem.value == fingerprint(NEW_KEY)
     assert fingerprint(PROD_KEY) in problem.message
@@ -163,11 +165,11 @@ def test_up_refuses_a_private_key_that_is_not_the_declared_one() -> None:
 
 
 def test_up_accepts_the_declared_key_and_refuses_a_non_key() -> None:
-    assert _ssh_key_problem(cluster(sshPublicKey=NEW_KEY), NEW_PRIVATE, strict=True) is None
-    refused = _ssh_key_problem(cluster(), "not a key", strict=True)
+    assert ssh_key_problem(cluster(sshPublicKey=NEW_KEY), NEW_PRIVATE, strict=True) is None
+    refused = ssh_key_problem(cluster(), "not a key", strict=True)
     assert refused is not None and "not an unencrypted OpenSSH" in refused.message
     # A preview without the real secret (offline: a placeholder) is let through.
-    assert _ssh_key_problem(cluster(), "offline-secret-sshPrivateKey", strict=False) is None
+    assert ssh_key_problem(cluster(), "offline-secret-sshPrivateKey", strict=False) is None
 
 
 def test_production_must_name_its_key_and_lists_each_key_once() -> None:
@@ -243,7 +245,7 @@ GOOD_KEYS = {"fabricMKey": "0x1f2e3d4c5b6a7988", "fabricSmKey": "0x2a3b4c5d6e7f8
 
 
 def test_up_takes_three_distinct_64_bit_keys() -> None:
-    assert _fabric_key_problems(GOOD_KEYS, strict=True) == []
+    assert fabric_key_problems(GOOD_KEYS, strict=True) == []
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [
@@ -254,7 +256,7 @@ def test_up_takes_three_distinct_64_bit_keys() -> None:
 ])
 def test_up_refuses_a_weak_or_malformed_key_without_echoing_it(key: str, value: str,
                                                                  says: str) -> None:
-    problems = _fabric_key_problems(dict(GOOD_KEYS, **{key: value}), strict=True)
+    problems = fabric_key_problems(dict(GOOD_KEYS, **{key: value}), strict=True)
     assert [p.path for p in problems] == [f"(secret) gpu-cluster:{key}"]
     assert says in problems[0].message and value not in problems[0].render()
     assert "openssl rand -hex 8" in problems[0].fix
@@ -262,7 +264,7 @@ def test_up_refuses_a_weak_or_malformed_key_without_echoing_it(key: str, value: 
 
 def test_up_refuses_keys_that_share_a_value_and_preview_lets_placeholders_through() -> None:
     shared = dict(GOOD_KEYS, fabricSaKey=GOOD_KEYS["fabricMKey"])
-    assert ["share a value" in p.message for p in _fabric_key_problems(shared, True)] == [True]
+    assert ["share a value" in p.message for p in fabric_key_problems(shared, True)] == [True]
     offline = {k: f"offline-secret-{k}#version 1" for k in GOOD_KEYS}
-    assert _fabric_key_problems(offline, strict=False) == []
-    assert len(_fabric_key_problems(offline, strict=True)) == 3
+    assert fabric_key_problems(offline, strict=False) == []
+    assert len(fabric_key_problems(offline, strict=True)) == 3

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox import REPO, prod_cluster, prod_scripts
+from support.project import REPO
+from support.sandbox import prod_cluster, prod_scripts
 
 from components.planning import kubeadm
 
@@ -38,6 +39,7 @@ def all_scripts() -> dict[str, str]:
 SCRIPTS = all_scripts()
 
 
+@pytest.mark.slow
 @needs_shellcheck
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_shellcheck_warning_level(tmp_path: Path, name: str) -> None:
@@ -48,6 +50,7 @@ def test_shellcheck_warning_level(tmp_path: Path, name: str) -> None:
     assert proc.returncode == 0, f"{name}:\n{proc.stdout}{proc.stderr}"
 
 
+@pytest.mark.slow
 def test_shellcheck_sees_what_the_preview_writes(tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_offline
+from support.project import REPO, run_offline
 
 from offline.bench import scale_gpu_nodes
 
@@ -57,6 +57,7 @@ def previews(project: Path) -> dict[str, list[dict[str, Any]]]:
     return {stack: resources(project, stack) for stack in ["site", *PARTS]}
 
 
+@pytest.mark.slow
 def test_each_part_holds_only_its_share(previews: dict[str, list[dict[str, Any]]]) -> None:
     hosts = "gpucluster:hardware:BareMetalNode"
     assert names(previews["core"], hosts) == {"mgmt-01", "sm-01", "sm-02"}
@@ -75,6 +76,7 @@ def test_each_part_holds_only_its_share(previews: dict[str, list[dict[str, Any]]
         "pytorchjob-training-llama-70b-pretrain", "mpijob-training-nccl-allreduce"}
 
 
+@pytest.mark.slow
 def test_the_parts_together_are_the_whole_site(previews: dict[str, list[dict[str, Any]]]
                                                ) -> None:
     plumbing = ("pulumi:pulumi:StackReference", "pulumi:providers:")
@@ -93,6 +95,7 @@ def test_the_parts_together_are_the_whole_site(previews: dict[str, list[dict[str
             assert a & b <= shared
 
 
+@pytest.mark.slow
 def test_a_node_added_to_su2_leaves_the_su1_stack_unchanged(project: Path) -> None:
     doc = site(project)
     for stack in ("su1", "su2"):
@@ -117,9 +120,8 @@ def test_a_node_added_to_su2_leaves_the_su1_stack_unchanged(project: Path) -> No
     ({"part": "workloads"}, "split.kubernetesStack"),
 ])
 def test_a_split_that_cannot_work_is_a_config_error(split: dict[str, Any], path: str) -> None:
-    from conftest import REPO
-
-    from components.config import ConfigError, validate_cluster
+    from components.config_types import ConfigError
+    from components.stack_config import validate_cluster
 
     raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][KEY]
     with pytest.raises(ConfigError) as info:

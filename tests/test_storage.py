@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import prod_raw
+from support.project import prod_raw
 
-from components.config import CLUSTER_KEY, Cluster, ConfigError, validate_cluster
+from components.config import Cluster
+from components.config_types import CLUSTER_KEY, ConfigError
 from components.planning import host_scripts, platform, storage
+from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -81,6 +83,7 @@ def test_csi_driver_runs_where_the_gpu_pods_mount_lustre():
     assert socket["hostPath"]["path"] == "/var/lib/kubelet/plugins/lustre-csi"
 
 
+@pytest.mark.slow
 def test_checkpoints_are_protected_and_kept(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     shutil.copytree(REPO, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
@@ -138,7 +141,7 @@ def test_storage_objects_pass_strict_core_schemas(tmp_path):
 def test_only_the_mounting_container_is_privileged() -> None:
     """The CSI node plugin mounts Lustre on the host (privileged, Bidirectional propagation);
     the node-driver-registrar beside it only serves a socket to the kubelet."""
-    from sandbox import prod_cluster
+    from support.sandbox import prod_cluster
 
     from components.planning import storage
 

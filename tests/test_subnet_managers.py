@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import REPO, prod_raw
+from support.project import REPO, prod_raw
 
-from components.config import validate_cluster
-from components.fabric import sm_apply_script, sm_restart_order
 from components.planning import placement
+from components.planning.subnet_manager import sm_apply_script, sm_restart_order
+from components.stack_config import validate_cluster
 
 FILES = {"/etc/opensm/opensm.conf": "sm_priority 15\n"}
 

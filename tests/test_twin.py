@@ -6,7 +6,6 @@ here. Runs when the binaries are built (`make k8s-tools`; `make twin` builds and
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,15 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from support.project import REPO
+from support.twin import BINS, SHARED
 
 AGENT = "gpucluster.io/twin-node-agent"  # the label the twin puts on node-agent probes
-
-CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster")
-BINS = sorted((CACHE / "k8s").glob("bin-*"))
-SHARED = REPO.parent / "shared"
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not BINS, reason="twin binaries not built: run `make k8s-tools` "
                        "(kube-apiserver, scheduler, controller-manager, kubectl, etcd, kwok)"),
     pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (upstream CRDs) is absent"),
@@ -46,7 +42,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "podgroups": read("podgroups.json"), "jobs": read("jobs.json")}
 
 
-def mutated(tmp_path: Path, edit) -> dict:  # noqa: ANN001
+def mutated(tmp_path: Path, edit) -> dict:
     """The prod rendering with one defect put back, applied to a fresh twin."""
     rendering = tmp_path / "prod"
     shutil.copytree(REPO / "build" / "prod", rendering)
@@ -57,7 +53,7 @@ def mutated(tmp_path: Path, edit) -> dict:  # noqa: ANN001
             "report": json.loads((tmp_path / "twin" / "report.json").read_text())}
 
 
-def edit_yaml(path: Path, fn) -> None:  # noqa: ANN001
+def edit_yaml(path: Path, fn) -> None:
     doc = yaml.safe_load(path.read_text())
     fn(doc)
     path.write_text(yaml.safe_dump(doc))
@@ -68,11 +64,11 @@ def _on(pods: list, namespace: str) -> dict[str, str]:
             if p["metadata"]["namespace"] == namespace and p["status"].get("phase") == "Running"}
 
 
-def test_the_api_server_accepts_every_rendered_object(twin) -> None:  # noqa: ANN001
+def test_the_api_server_accepts_every_rendered_object(twin) -> None:
     assert twin["report"]["rejected"] == {}, twin["out"]
 
 
-def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> None:  # noqa: ANN001
+def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> None:
     nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
     assert set(nodes) == {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
     gpu = nodes["gpu-node-03"]
@@ -82,13 +78,13 @@ def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> Non
     assert ready and ready[0]["status"] == "True"  # KWOK keeps the stand-in kubelet ready
 
 
-def test_every_pod_is_bound_and_every_check_holds(twin) -> None:  # noqa: ANN001
+def test_every_pod_is_bound_and_every_check_holds(twin) -> None:
     report = twin["report"]
     assert report["unscheduled"] == {} and report["failures"] == [], twin["out"]
     assert twin["code"] == 0, twin["out"]
 
 
-def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twin) -> None:  # noqa: ANN001
+def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twin) -> None:
     pods, placed = twin["pods"], twin["report"]["placed"]
     probes = [p for p in pods if "gpucluster.io/twin-probe" in p["metadata"].get("labels", {})]
     assert len(probes) >= 20
@@ -102,7 +98,7 @@ def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twi
     assert csi == [f"gpu-node-{i:02d}" for i in range(8)]
 
 
-def test_every_gang_is_admitted_by_its_queue_and_runs(twin) -> None:  # noqa: ANN001
+def test_every_gang_is_admitted_by_its_queue_and_runs(twin) -> None:
     """Volcano (built from its module, with the stack's scheduler configuration) admitted the
     PodGroups the Training Operator and Volcano's controller created: the training job's
     group of 4 whole nodes and the serving replicas'. The NCCL test's group (launcher and 8
@@ -117,7 +113,7 @@ def test_every_gang_is_admitted_by_its_queue_and_runs(twin) -> None:  # noqa: AN
     assert launcher["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "nccl-allreduce"
 
 
-def test_the_operator_starts_torchrun_with_the_elastic_c10d_rendezvous(twin) -> None:  # noqa: ANN001
+def test_the_operator_starts_torchrun_with_the_elastic_c10d_rendezvous(twin) -> None:
     """What the real Training Operator gave each worker: torchrun's elastic agent, whose c10d
     rendezvous restarts every rank when one fails, over exactly 4 nodes."""
     for p in twin["pods"]:
@@ -128,7 +124,7 @@ def test_the_operator_starts_torchrun_with_the_elastic_c10d_rendezvous(twin) -> 
             assert "MASTER_ADDR" not in env and "RANK" not in env
 
 
-def test_training_takes_whole_nodes_of_one_su(twin) -> None:  # noqa: ANN001
+def test_training_takes_whole_nodes_of_one_su(twin) -> None:
     nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
     workers = {k: v for k, v in _on(twin["pods"], "training").items() if "pretrain" in k}
     assert len(workers) == 4 and len(set(workers.values())) == 4, workers
@@ -143,7 +139,7 @@ def test_training_takes_whole_nodes_of_one_su(twin) -> None:  # noqa: ANN001
                            for c in pod["spec"]["containers"]), pod["metadata"]["name"]
 
 
-def test_serving_replicas_land_on_distinct_nodes_away_from_training(twin) -> None:  # noqa: ANN001
+def test_serving_replicas_land_on_distinct_nodes_away_from_training(twin) -> None:
     serving = _on(twin["pods"], "inference")
     training = set(_on(twin["pods"], "training").values())
     assert len(serving) == 2 and len(set(serving.values())) == 2, serving
@@ -152,7 +148,7 @@ def test_serving_replicas_land_on_distinct_nodes_away_from_training(twin) -> Non
             if p["metadata"]["namespace"] == "inference"} == {100000}
 
 
-def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> None:  # noqa: ANN001
+def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> None:
     jobs = {j["metadata"]["name"]: j for j in twin["jobs"]}
     done = [c for c in jobs["nccl-allreduce"]["status"]["conditions"]
             if c["type"] == "Succeeded" and c["status"] == "True"]
@@ -167,13 +163,13 @@ def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> N
     assert twin["report"]["gates"] == {"nccl-allreduce-acceptance": "Created, Succeeded"}
 
 
-def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) -> None:  # noqa: ANN001
+def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) -> None:
     seen = [s for s in twin["report"]["seen"] if s.startswith("drain ")]
     assert len(seen) == 2 and seen[0].endswith("drained"), seen
     assert "Cannot evict pod as it would violate the pod's disruption budget" in seen[1], seen
 
 
-def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:  # noqa: ANN001
+def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:
     """The real API server, with the stack's AdmissionConfiguration and its
     ValidatingAdmissionPolicy: in `training`, Pod Security baseline plus IPC_LOCK and the
     scratch hostPath, nothing more (a privileged pod, hostPath `/`, SYS_ADMIN are refused);
@@ -191,7 +187,7 @@ def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:  # noq
 
 
 def test_the_api_server_answers_anonymous_requests_only_where_joins_and_probes_need(
-        twin) -> None:  # noqa: ANN001
+        twin) -> None:
     """The real API server with the stack's AuthenticationConfiguration: without credentials
     the health checks and the cluster-info ConfigMap (`kubeadm join`'s discovery) answer,
     everything else is 401 — not 403: the request is not even authenticated as anonymous."""
@@ -248,7 +244,7 @@ def test_nccl_workers_kept_after_the_test_starve_training(tmp_path: Path) -> Non
     assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
 
 
-def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) -> None:  # noqa: ANN001
+def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) -> None:
     """Kubernetes' built-in classes, resolved by the API server's Priority admission:
     node agents system-node-critical (2000001000) on every node, above the serving class
     that preempts; controllers at least system-cluster-critical (2000000000). Only the

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_offline
+from support.project import run_offline
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = {p.name: yaml.safe_load(p.read_text())
@@ -35,6 +35,7 @@ def production_secrets(job: dict[str, Any]) -> set[str]:
     return set(SECRET.findall(yaml.safe_dump(job))) - {"GITHUB_TOKEN"}
 
 
+@pytest.mark.slow
 def test_actionlint_finds_nothing() -> None:
     build = subprocess.run(["bash", str(REPO / "tools/actionlint/build.sh")],
                            capture_output=True, text=True, timeout=600)
@@ -114,6 +115,7 @@ def test_codeowners_guard_what_decides_production() -> None:
         assert re.search(rf"^{re.escape(path)}\s+@\S+", owners, re.M), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weakened", ["suppression", "rule removed"])
 def test_a_change_cannot_weaken_the_pack_that_judges_it(project: Path, weakened: str) -> None:
     """A change turns audit logging off and, in the same change, silences the rule that

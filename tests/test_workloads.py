@@ -16,8 +16,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.config import CLUSTER_KEY, Cluster, validate_cluster
-from components.planning import kubeadm, placement, platform, workloads
+from components.config import Cluster
+from components.config_types import CLUSTER_KEY
+from components.planning import (
+    acceptance,
+    inference,
+    kubeadm,
+    placement,
+    platform,
+    training,
+    workloads,
+)
+from components.stack_config import validate_cluster
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 REF = PROJECT_DIR.parent / "shared" / "ref"
@@ -76,8 +86,8 @@ def gpu_templates(obj: dict) -> list[dict]:
 
 
 def rdma_objects(cluster: Cluster) -> list[dict]:
-    objs = [o for j in cluster.workloads.training for o in workloads.training_objects(cluster, j)]
-    return objs + [workloads.nccl_test_mpijob(cluster, cluster.workloads.nccl_test)]
+    objs = [o for j in cluster.workloads.training for o in training.training_objects(cluster, j)]
+    return objs + [acceptance.nccl_test_mpijob(cluster, cluster.workloads.nccl_test)]
 
 
 # ---------------------------------------------------------------- NCCL, RDMA, shm
@@ -98,9 +108,9 @@ def test_nccl_env_for_prod_and_for_other_hca_names(other_hcas):
 
 def test_nccl_debug_warn_in_production_info_for_the_acceptance_test():
     c = prod()
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     assert env_of(gpu_templates(job)[0]["spec"]["containers"][0])["NCCL_DEBUG"] == "WARN"
-    test = workloads.nccl_test_mpijob(c, c.workloads.nccl_test)
+    test = acceptance.nccl_test_mpijob(c, c.workloads.nccl_test)
     for _, t in pod_specs(test):
         assert env_of(t["spec"]["containers"][0])["NCCL_DEBUG"] == "INFO"
 
@@ -135,7 +145,7 @@ def test_whole_node_pods_on_tainted_gpu_nodes():
 
 def test_shm_is_a_memory_emptydir_sized_from_the_config():
     c = prod()
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     for t in gpu_templates(job):
         vols = {v["name"]: v for v in t["spec"]["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in t["spec"]["containers"][0]["volumeMounts"]}
@@ -144,7 +154,7 @@ def test_shm_is_a_memory_emptydir_sized_from_the_config():
 
 def test_checkpoints_read_write_dataset_read_only():
     c = prod()
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     for t in gpu_templates(job):
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
                   for v in t["spec"]["volumes"] if "persistentVolumeClaim" in v}
@@ -168,7 +178,7 @@ def test_gang_min_members_equal_replicas_in_their_queues():
         assert policy["queue"] in queues
         want = "acceptance" if obj["kind"] == "MPIJob" else "training"
         assert policy["queue"] == want, obj["metadata"]["name"]
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 4  # 4 nodes
 
 
@@ -176,7 +186,7 @@ def test_a_failed_rank_restarts_the_whole_torchrun_gang():
     """torchrun's elastic agent (c10d rendezvous) restarts every worker when one fails or a
     node rejoins; a static MASTER_ADDR/RANK launch would leave the peers hung in NCCL."""
     c = prod()
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
     assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 4,
                                             "maxReplicas": 4, "maxRestarts": 3}
@@ -196,7 +206,7 @@ def test_topology_constraint_is_the_tier1_hypernode():
     key = workloads.su_label_key(c)
     for node in c.nodes:
         assert kubeadm.node_labels(c, node)[key] == tier1[node.hostname]
-    job = workloads.pytorchjob(c, c.workloads.training[0])
+    job = training.pytorchjob(c, c.workloads.training[0])
     for t in gpu_templates(job):
         (term,) = t["spec"]["affinity"]["podAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]
@@ -216,7 +226,7 @@ def test_no_constraint_when_the_job_is_larger_than_an_su():
 
 def test_nccl_test_spans_every_gpu_node():
     c = prod()
-    test = workloads.nccl_test_mpijob(c, c.workloads.nccl_test)
+    test = acceptance.nccl_test_mpijob(c, c.workloads.nccl_test)
     spec = test["spec"]["mpiReplicaSpecs"]
     assert spec["Worker"]["replicas"] == 8 and test["spec"]["slotsPerWorker"] == 8
     launcher = spec["Launcher"]["template"]["spec"]["containers"][0]
@@ -225,7 +235,7 @@ def test_nccl_test_spans_every_gpu_node():
     assert "-np 64 -npernode 8" in cmd and "all_reduce_perf" in cmd and "-e 4G" in cmd
     for name in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG"):
         assert f"-x {name}" in cmd
-    script = workloads.nccl_gate_script(c, c.workloads.nccl_test)
+    script = acceptance.nccl_gate_script(c, c.workloads.nccl_test)
     # 8 rails x 46 GB/s per NDR rail (Ring all-reduce busbw, docs/acceptance.md) x 1.0.
     assert "--ranks 64 --nodes 8" in script and "--min-busbw 368.0" in script
 
@@ -296,13 +306,13 @@ def test_rdma_pods_break_baseline_only_by_ipc_lock_and_say_why():
 def test_inference_pods_meet_restricted():
     c = prod()
     (svc,) = c.workloads.inference
-    deploy = next(o for o in workloads.inference_objects(c, svc) if o["kind"] == "Deployment")
+    deploy = next(o for o in inference.inference_objects(c, svc) if o["kind"] == "Deployment")
     assert restricted_violations(deploy["spec"]["template"]) == set()
 
 
 def test_no_latest_and_pinned_images():
     c = prod()
-    objs = rdma_objects(c) + workloads.inference_objects(c, c.workloads.inference[0])
+    objs = rdma_objects(c) + inference.inference_objects(c, c.workloads.inference[0])
     for obj in objs:
         if obj["kind"] not in ("PyTorchJob", "MPIJob", "Deployment"):
             continue
@@ -317,7 +327,7 @@ def test_no_latest_and_pinned_images():
 
 def _inference() -> dict[str, dict]:
     c = prod()
-    return {o["kind"]: o for o in workloads.inference_objects(c, c.workloads.inference[0])}
+    return {o["kind"]: o for o in inference.inference_objects(c, c.workloads.inference[0])}
 
 
 def test_vllm_deployment():
@@ -353,7 +363,7 @@ def test_the_api_needs_a_key_and_exposes_only_v1():
     assert not any("api-key" in a for a in ctr["args"])  # not on the command line
     (rule,) = objs["Ingress"]["spec"]["rules"]
     assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/v1", "Prefix")]
-    script = workloads.api_key_script(svc)
+    script = inference.api_key_script(svc)
     assert "--from-file=\"$FIELD=/dev/stdin\"" in script and "--from-literal" not in script
 
 
@@ -428,6 +438,7 @@ def _crd_schema(path: Path) -> dict:
     return yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REF.exists(), reason="shared/ref (upstream CRDs) not present")
 def test_training_objects_validate_against_training_operator_v1_9_4():
     import jsonschema
@@ -437,14 +448,15 @@ def test_training_objects_validate_against_training_operator_v1_9_4():
                "MPIJob": _crd_schema(base / "kubeflow.org_mpijobs.yaml")}
     c = prod()
     mpi_job = c.workloads.training[0].model_copy(update={"launcher": "mpijob"})
-    for obj in rdma_objects(c) + [workloads.mpijob(c, mpi_job)]:
+    for obj in rdma_objects(c) + [training.mpijob(c, mpi_job)]:
         jsonschema.validate(obj, schemas[obj["kind"]])
 
 
+@pytest.mark.slow
 def test_the_api_key_is_minted_once_and_never_on_a_command_line(tmp_path):
     """Run for real in a sandbox against the stub kubectl: the first run creates the Secret
     from `openssl rand` on stdin, a second run keeps it (clients hold the key)."""
-    from sandbox import Sandbox, unavailable
+    from support.sandbox import Sandbox, unavailable
 
     if (why := unavailable()) is not None:
         pytest.skip(why)
@@ -452,12 +464,12 @@ def test_the_api_key_is_minted_once_and_never_on_a_command_line(tmp_path):
     sb = Sandbox(tmp_path / "mgmt-01", "mgmt-01")
     (sb.root / "etc/kubernetes").mkdir(parents=True)
     (sb.root / "etc/kubernetes/admin.conf").write_text("# admin\n")
-    first = sb.run(workloads.api_key_script(svc))
+    first = sb.run(inference.api_key_script(svc))
     assert first.returncode == 0, first.explain()
     key = (sb.state / "cluster/secrets/inference/llama-70b-api-key/api-key").read_text()
     assert len(key.strip()) == 64 and int(key, 16)  # 32 random bytes, hex
     assert not any(key.strip() in "\t".join(c) for c in first.calls)
     assert key.strip() not in first.output
-    again = sb.run(workloads.api_key_script(svc))
+    again = sb.run(inference.api_key_script(svc))
     assert again.returncode == 0 and not again.changes, again.explain()
     assert (sb.state / "cluster/secrets/inference/llama-70b-api-key/api-key").read_text() == key

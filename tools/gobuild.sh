@@ -23,7 +23,7 @@ gobuild_workdir() {
   rm -rf "$1"/.tmp.* "$1"/.work.*
   WORK="$(mktemp -d "$1/.work.XXXXXX")"
   trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-  cd "$WORK"
+  cd "$WORK" || exit 1
 }
 
 # json FIELD...: read one JSON object on stdin, print the (nested) field or nothing.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.planning.fabric.verify import verify_files  # noqa: E402
+from components.planning.fabric.verify import verify_files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.config import Cluster, validate_cluster
+from components.config import Cluster
 from components.planning.nodes import planned_nodes
 from components.planning.platform import (
     inference_namespaces,
@@ -27,6 +27,7 @@ from components.planning.platform import (
     training_operator_kustomization,
 )
 from components.planning.workloads import largest_su, su_label_key
+from components.stack_config import validate_cluster
 from offline.stackconfig import load_stack_config
 
 from . import checks

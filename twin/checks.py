@@ -221,7 +221,7 @@ def pod_admission(cp: ControlPlane, cluster: Any, seen: list[str]) -> Iterator[s
     cp.kubectl("create", "namespace", "twin-unlabeled", check=False)
     rdma = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
             "allowPrivilegeEscalation": False}
-    cases = [
+    cases: list[tuple[str, str, Mapping[str, Any], list[dict[str, Any]], bool]] = [
         (training, "rdma-worker", rdma,
          [{"name": "scratch", "hostPath": {"path": scratch, "type": "Directory"}}], True),
         (training, "privileged", {"privileged": True}, [], False),

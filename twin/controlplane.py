@@ -61,7 +61,7 @@ class ControlPlane:
     def spawn(self, name: str, args: Sequence[str],
               env: Mapping[str, str] | None = None) -> None:
         """Start one of the built binaries; it stops with the control plane."""
-        log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 — closed with the process
+        log = open(self.work / f"{name}.log", "wb")  # closed with the process
         # No proxy from this machine's environment: a cluster's components dial each other.
         clean = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
         proc = subprocess.Popen([str(self.bin / name), *args], stdout=log, stderr=log,

@@ -69,7 +69,7 @@ def crd_files(shared: Path, kinds: Iterable[tuple[str, str]]) -> list[Path]:
     """The upstream CRD of every custom kind the stack renders (the validator's own table)."""
     sys.path.insert(0, str(shared / "tools"))
     try:
-        import validate_manifests  # noqa: PLC0415
+        import validate_manifests
     finally:
         sys.path.remove(str(shared / "tools"))
     return sorted({shared / "ref" / validate_manifests.CRDS[k] for k in kinds
@@ -220,6 +220,8 @@ def gates(plan: Mapping[str, Any]) -> list[Gate]:
             continue
         after = frozenset(k for u, o in res.items() if o["type"].startswith("kubernetes:")
                           and r["urn"] in closure(u) and (k := object_key(o["inputs"])))
+        if jobs[0] is None:
+            raise ValueError(f"{r['urn']} waits for a job without a kind or metadata.name")
         found.append(Gate(r["name"], jobs[0], after))
     return found
 

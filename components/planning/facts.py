@@ -15,23 +15,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_PORT_LINE = re.compile(r'^interface ib 1/(\d+) description "(.*)"\s*$')
-_HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)(?: \[[^\]]*\])?$")
-_SWITCH_PEER = re.compile(r"^(\S+) port (\d+)(?: \[[^\]]*\])?$")
+from components.planning.port_descriptions import hca_peer, port_descriptions, switch_peer
+
 _PKEY_LINE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(0x[0-9a-fA-F]+)\b")
 _SM_PRIORITY = re.compile(r"^\s*sm_priority\s+(\d+)\s*$", re.M)
 _M_KEY_PROTECTION = re.compile(r"^\s*m_key_protection_level\s+(\d+)\s*$", re.M)
 _KEY_OPTION = re.compile(r"^\s*(m_key|sm_key|sa_key)\s", re.M)
-
-
-def switch_port_descriptions(cli: str) -> dict[int, str]:
-    """port -> description, from MLNX-OS `interface ib 1/<port> description "..."` lines."""
-    out: dict[int, str] = {}
-    for line in cli.splitlines():
-        m = _PORT_LINE.match(line.strip())
-        if m:
-            out[int(m.group(1))] = m.group(2)
-    return out
 
 
 def fabric_facts(switch_cli: Mapping[str, str],
@@ -43,21 +32,22 @@ def fabric_facts(switch_cli: Mapping[str, str],
     switches: dict[str, Any] = {}
     rails: dict[str, dict[str, dict[str, Any]]] = {}
     for name, cli in sorted(switch_cli.items()):
-        ports = switch_port_descriptions(cli)
+        ports = port_descriptions(cli)
         host_ports = switch_ports = hca_ports = 0
         for desc in ports.values():
-            sw = _SWITCH_PEER.match(desc)
-            if sw and sw.group(1) in names:
+            sw = switch_peer(desc)
+            if sw and sw[0] in names:
                 switch_ports += 1
                 continue
             host_ports += 1
-            hca = _HCA_PEER.match(desc)
+            hca = hca_peer(desc)
             if hca:
                 hca_ports += 1
-                entry = rails.setdefault(hca.group(1), {}).setdefault(
-                    hca.group(2), {"hcas": [], "switches": []})
-                if hca.group(3) not in entry["hcas"]:
-                    entry["hcas"].append(hca.group(3))
+                host, rail, hca_name = hca
+                entry = rails.setdefault(host, {}).setdefault(
+                    str(rail), {"hcas": [], "switches": []})
+                if hca_name not in entry["hcas"]:
+                    entry["hcas"].append(hca_name)
                 entry["switches"].append(name)
         switches[name] = {
             # Compute HCAs hang off leaves only; a spine may carry a subnet-manager host.

@@ -10,31 +10,18 @@ keeps secret — not from the environment, which a stock sshd refuses (`AcceptEn
 
 from __future__ import annotations
 
-from textwrap import dedent
 from typing import Any
 
 import yaml
 
-from components.config import Cluster, GpuNode, Host
+from components.config import Cluster, Host
+from components.gpu_nodes import GpuNode
 from components.planning import kubelet_serving
-from components.planning.host_scripts import CHANGE_TRACKING
+from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, node_label
+from components.planning.script_files import template
+from components.tunables import KUBELET_EVICTION_HARD
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-LABEL_PREFIX = "gpucluster.io"
-# Node labels that place work (role, SU, rack, the rails' leaves) live under the prefix the
-# NodeRestriction admission plugin keeps kubelets from setting or changing: a node whose
-# credentials leak cannot claim the GPU-worker role or a seat in another SU's gang. The stack
-# sets them through the API (`<host>-placement`).
-NODE_LABEL_PREFIX = "node-restriction.kubernetes.io"
-
-
-def node_label(name: str) -> str:
-    return f"{NODE_LABEL_PREFIX}/gpucluster-{name}"
-
-
-ROLE_LABEL = node_label("role")
-SU_LABEL = node_label("su")
 
 def encryption_configuration(cluster: Cluster) -> dict:
     """Secrets encrypted by the first provider: the KMS v2 plugin when `kubernetes.kms` is set,
@@ -268,7 +255,7 @@ def kubelet_configuration(cluster: Cluster) -> dict:
         "memoryManagerPolicy": "None",
         "systemReserved": {"cpu": kl.system_reserved_cpu, "memory": kl.system_reserved_memory},
         "kubeReserved": {"cpu": kl.kube_reserved_cpu, "memory": kl.kube_reserved_memory},
-        "evictionHard": {"memory.available": "2Gi", "nodefs.available": "10%"},
+        "evictionHard": dict(KUBELET_EVICTION_HARD),
         "maxPods": kl.max_pods,
         # A serving certificate from the cluster CA, by CSR, so the API server can verify the
         # kubelet (--kubelet-certificate-authority); approved by the control planes' timer
@@ -408,38 +395,12 @@ def init_script(cluster: Cluster, host: Host) -> str:
         manifest = _yaml(kube_vip_manifest(cluster, "/etc/kubernetes/super-admin.conf"))
         vip = (f"install -d -m 0755 /etc/kubernetes/manifests\n"
                f"cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'\n{manifest}KUBEVIP\n")
-    return dedent(
-        """\
-        #!/usr/bin/env bash
-        # kubeadm init on {host} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        if [ -f /etc/kubernetes/admin.conf ]; then
-          echo "control plane already initialised on {host}; nothing to do"
-          exit 0
-        fi
-        install -d -m 0700 /etc/kubernetes /var/log/kubernetes
-        cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
-        {audit}AUDIT
-        cat > {admission_path} <<'ADMISSION'
-        {admission}ADMISSION
-        cat > {authentication_path} <<'AUTHENTICATION'
-        {authentication}AUTHENTICATION
-        if [ ! -f /etc/kubernetes/encryption-config.yaml ]; then
-          umask 077
-          ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64)"
-          cat > /etc/kubernetes/encryption-config.yaml <<ENC
-        {encryption}ENC
-        fi
-        {vip}cat > /etc/kubernetes/kubeadm-init.yaml <<'KUBEADM'
-        {config}KUBEADM
-        kubeadm init --config /etc/kubernetes/kubeadm-init.yaml --upload-certs --skip-token-print \\
-          --skip-certificate-key-print
-        """
-    ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY),
-             encryption=_yaml(encryption_configuration(cluster)), config=config,
-             admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
-             authentication=authentication_configuration_yaml(cluster),
-             authentication_path=AUTHENTICATION_CONFIG, vip=vip)
+    return template(
+        "kubeadm/init.sh", host=host.hostname, audit=_yaml(AUDIT_POLICY),
+        encryption=_yaml(encryption_configuration(cluster)), config=config,
+        admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
+        authentication=authentication_configuration_yaml(cluster),
+        authentication_path=AUTHENTICATION_CONFIG, vip=vip)
 
 
 def kubelet_config_script(cluster: Cluster, host: Host) -> str:
@@ -454,23 +415,7 @@ def kubelet_config_script(cluster: Cluster, host: Host) -> str:
     cluster_doc = {k: v for k, v in cluster_configuration(cluster).items()
                    if k in ("apiVersion", "kind", "kubernetesVersion", "networking")}
     config = _docs(cluster_doc, init_configuration(cluster, host), kubelet_configuration(cluster))
-    return dedent(
-        """\
-        #!/usr/bin/env bash
-        # kubelet configuration of joining nodes, uploaded from {host} — rendered by gpu-cluster;
-        # do not edit.
-        set -euo pipefail
-        {tracking}install -d -m 0700 /etc/kubernetes
-        CONFIG="$(cat <<'KUBEADM'
-        {config}KUBEADM
-        )"
-        if write_if_changed /etc/kubernetes/gpu-cluster-kubelet.yaml "$CONFIG"; then
-          mark kubelet-config
-        fi
-        settle kubelet-config \
-          kubeadm init phase upload-config kubelet --config /etc/kubernetes/gpu-cluster-kubelet.yaml
-        """
-    ).format(host=host.hostname, config=config, tracking=CHANGE_TRACKING)
+    return template("kubeadm/kubelet-config.sh", host=host.hostname, config=config)
 
 
 def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
@@ -509,38 +454,12 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
     configuration arrive on stdin; kube-vip is added once the node serves the API."""
     config = _docs(control_plane_join_configuration(cluster, host))
     manifest = _yaml(kube_vip_manifest(cluster))
-    return dedent(
-        """\
-        #!/usr/bin/env bash
-        # kubeadm join (control plane) for {host} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        if [ -f /etc/kubernetes/admin.conf ]; then
-          echo "{host} already a control-plane member; nothing to do"
-          exit 0
-        fi
-        {credentials}install -d -m 0700 /etc/kubernetes /var/log/kubernetes
-        umask 077
-        # Every API server must decrypt what the others encrypted: the same key everywhere.
-        printf '%s' "$ENCRYPTION_CONFIG_B64" | base64 -d > /etc/kubernetes/encryption-config.yaml
-        cat > /etc/kubernetes/audit-policy.yaml <<'AUDIT'
-        {audit}AUDIT
-        cat > {admission_path} <<'ADMISSION'
-        {admission}ADMISSION
-        cat > {authentication_path} <<'AUTHENTICATION'
-        {authentication}AUTHENTICATION
-        trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
-        cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
-        {config}KUBEADM
-        kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
-        {identity}install -d -m 0755 /etc/kubernetes/manifests
-        cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'
-        {manifest}KUBEVIP
-        """
-    ).format(host=host.hostname, audit=_yaml(AUDIT_POLICY), config=config, manifest=manifest,
-             admission=admission_configuration_yaml(cluster), admission_path=ADMISSION_CONFIG,
-             authentication=authentication_configuration_yaml(cluster),
-             authentication_path=AUTHENTICATION_CONFIG, identity=_kube_vip_identity(cluster),
-             credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
+    return template(
+        "kubeadm/control-plane-join.sh", host=host.hostname, audit=_yaml(AUDIT_POLICY),
+        config=config, manifest=manifest, admission=admission_configuration_yaml(cluster),
+        admission_path=ADMISSION_CONFIG, authentication=authentication_configuration_yaml(cluster),
+        authentication_path=AUTHENTICATION_CONFIG, identity=_kube_vip_identity(cluster),
+        credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
 
 
 def _identity_config(cluster: Cluster) -> str:
@@ -576,40 +495,14 @@ def identities_script(cluster: Cluster, host: Host) -> str:
                  *(kube_vip_rbac() if _ha(cluster) else []))
     vip = _identity_config(cluster)
     if _ha(cluster):
-        vip = _kube_vip_identity(cluster) + dedent(
-            f"""\
-            # Only the hostPath: the mount inside the container stays kube-vip's default path.
-            manifest=/etc/kubernetes/manifests/kube-vip.yaml
-            old='^( *)path: /etc/kubernetes/(super-)?admin\\.conf$'
-            if grep -Eq "$old" "$manifest"; then
-              sed -i -E "s|$old|\\1path: {KUBE_VIP_KUBECONFIG}|" "$manifest"
-              echo "kube-vip on {host.hostname} now uses {KUBE_VIP_USER}"
-            fi
-            """)
-    return dedent(
-        """\
-        #!/usr/bin/env bash
-        # The cluster's own identities on {host} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        {tracking}install -d -m 0700 /etc/kubernetes
-        RBAC="$(cat <<'RBAC'
-        {rbac}RBAC
-        )"
-        if write_if_changed /etc/kubernetes/gpu-cluster-rbac.yaml "$RBAC"; then mark rbac; fi
-        settle rbac kubectl --kubeconfig /etc/kubernetes/admin.conf apply \\
-          -f /etc/kubernetes/gpu-cluster-rbac.yaml
-        """
-    ).format(host=host.hostname, rbac=rbac, tracking=CHANGE_TRACKING) + vip + _user_kubeconfig(
-        kubelet_serving.APPROVER_USER, kubelet_serving.APPROVER_KUBECONFIG,
-    ) + kubelet_serving.install_script(cluster) + dedent(
-        """\
-        # kubeadm writes it at init for its own bootstrap only; a break-glass credential is
-        # made when needed from the CA (docs/security.md, "People").
-        if [ -e /etc/kubernetes/super-admin.conf ]; then
-          shred -u /etc/kubernetes/super-admin.conf
-          echo "removed super-admin.conf from {host}"
-        fi
-        """).format(host=host.hostname)
+        vip = _kube_vip_identity(cluster) + template(
+            "kubeadm/kube-vip-kubeconfig.sh", kubeconfig=KUBE_VIP_KUBECONFIG, host=host.hostname,
+            user=KUBE_VIP_USER)
+    approver = _user_kubeconfig(kubelet_serving.APPROVER_USER,
+                                kubelet_serving.APPROVER_KUBECONFIG)
+    return (template("kubeadm/identities.sh", host=host.hostname, rbac=rbac) + vip + approver
+            + kubelet_serving.install_script(cluster)
+            + template("kubeadm/remove-super-admin.sh", host=host.hostname))
 
 
 def stack_kubeconfig_command(cluster: Cluster) -> str:
@@ -628,24 +521,8 @@ CERTIFICATE_KEY_COMMAND = (
 def join_script(cluster: Cluster, node: GpuNode) -> str:
     """Guarded `kubeadm join`: the token and CA certificate hash arrive on stdin."""
     config = _docs(join_configuration(cluster, node))
-    return dedent(
-        """\
-        #!/usr/bin/env bash
-        # kubeadm join for {host} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        if [ -f /etc/kubernetes/kubelet.conf ]; then
-          echo "{host} already joined; nothing to do"
-          exit 0
-        fi
-        {credentials}umask 077
-        # The file holds the token: removed however the script ends, a failed join included.
-        trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT
-        cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
-        {config}KUBEADM
-        kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
-        """
-    ).format(host=node.hostname, config=config,
-             credentials=_read_credentials(WORKER_CREDENTIALS))
+    return template("kubeadm/join.sh", host=node.hostname, config=config,
+                    credentials=_read_credentials(WORKER_CREDENTIALS))
 
 
 def drain_script(node: str, remove: bool = True) -> str:
@@ -653,24 +530,8 @@ def drain_script(node: str, remove: bool = True) -> str:
     `remove=False`, only cordon and drain: a decommission)."""
     title = (f"Remove {node} from the cluster" if remove
              else f"Decommission {node}: cordon and drain")
-    return dedent(
-        f"""\
-        #!/usr/bin/env bash
-        # {title} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        export KUBECONFIG=/etc/kubernetes/admin.conf
-        # Only a NotFound answer means "not a member": an unreachable API server fails the
-        # script (set -e acts on the assignment), so the worker's reset, which waits for this
-        # drain, never runs on an undrained node.
-        member="$(kubectl get node {node} --ignore-not-found -o name)"
-        if [ -z "$member" ]; then
-          echo "{node} is not a cluster member; nothing to drain"
-          exit 0
-        fi
-        kubectl cordon {node}
-        kubectl drain {node} --ignore-daemonsets --delete-emptydir-data --timeout=30m
-        """
-    ) + (f"kubectl delete node {node}\n" if remove else "")
+    return template("kubeadm/drain.sh", title=title, node=node,
+                    delete=f"kubectl delete node {node}\n" if remove else "")
 
 
 def decommission_script(node: str) -> str:
@@ -682,18 +543,7 @@ def decommission_script(node: str) -> str:
 
 def leave_script(node: str) -> str:
     """Run on the worker only after the drain succeeded (Pulumi deletes dependents first)."""
-    return dedent(
-        f"""\
-        #!/usr/bin/env bash
-        # {node} leaves the cluster — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        if [ ! -f /etc/kubernetes/kubelet.conf ]; then
-          echo "{node} is not joined; nothing to reset"
-          exit 0
-        fi
-        kubeadm reset --force --cleanup-tmp-dir
-        """
-    )
+    return template("kubeadm/leave.sh", node=node)
 
 
 TOKEN_COMMAND = (

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from components.config import Cluster, GpuNode
+    from components.config import Cluster
+    from components.gpu_nodes import GpuNode
 
 # Policy routing: rail r's addresses use table RAIL_TABLE_BASE + r (ip rule "from <addr>").
 RAIL_TABLE_BASE = 100
@@ -198,7 +199,7 @@ _NET_TYPE = re.compile(r"^(o2ib|tcp|gni|kfi|ptl4lnd|lo)\d*$")
 _NETDEV = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,14}$")
 
 
-def lnet_yaml_problems(text: str) -> list[str]:  # noqa: C901 - a flat list of shape checks
+def lnet_yaml_problems(text: str) -> list[str]:
     """Why `lnetctl import` would reject (or misread) a document; empty when its shape is
     right: `net` is a list of {net type, local NI(s)}, each NI has `interfaces` {0: <netdev>,
     ...} with contiguous integer keys, no interface twice in one net, known keys only."""
@@ -216,48 +217,63 @@ def lnet_yaml_problems(text: str) -> list[str]:  # noqa: C901 - a flat list of s
     if not isinstance(nets, list) or not nets:
         return [*problems, "'net' must be a non-empty list"]
     for i, net in enumerate(nets):
-        where = f"net[{i}]"
-        if not isinstance(net, dict):
-            problems.append(f"{where} must be a mapping")
-            continue
-        problems += [f"{where}: unknown key {k!r}" for k in net if k not in _NET]
-        kind = net.get("net type")
-        if not isinstance(kind, str) or not _NET_TYPE.match(kind):
-            problems.append(f"{where}: 'net type' {kind!r} is not an LNet network "
-                            "(o2ib0, tcp1, ...)")
-        nis = net.get("local NI(s)")
-        if not isinstance(nis, list) or not nis:
-            problems.append(f"{where}: 'local NI(s)' must be a non-empty list")
-            continue
-        seen: set[str] = set()
-        for j, ni in enumerate(nis):
-            at = f"{where}.local NI(s)[{j}]"
-            if not isinstance(ni, dict):
-                problems.append(f"{at} must be a mapping")
-                continue
-            problems += [f"{at}: unknown key {k!r}" for k in ni if k not in _NI]
-            intfs = ni.get("interfaces")
-            if not isinstance(intfs, dict) or not intfs:
-                problems.append(f"{at}: 'interfaces' must map 0, 1, ... to interface names")
-                continue
-            keys = list(intfs)
-            if not all(isinstance(k, int) and not isinstance(k, bool) for k in keys) or set(
-                    keys) != set(range(len(keys))):
-                problems.append(f"{at}: interface keys must be 0..{len(intfs) - 1}, got "
-                                f"{list(intfs)}")
-            for name in intfs.values():
-                if not isinstance(name, str) or not _NETDEV.match(name):
-                    problems.append(f"{at}: {name!r} is not a network interface name")
-                elif name in seen:
-                    problems.append(f"{at}: interface {name} appears twice in {where}")
-                else:
-                    seen.add(name)
-    glob = doc.get("global")
-    if glob is not None:
-        if not isinstance(glob, dict):
-            problems.append("'global' must be a mapping")
+        problems += _net_problems(f"net[{i}]", net)
+    problems += _global_problems(doc.get("global"))
+    return problems
+
+
+def _net_problems(where: str, net: object) -> list[str]:
+    """One `net` entry: known keys, an LNet network type, and a non-empty list of local NIs
+    that never name the same interface twice (LNet would bind it once)."""
+    if not isinstance(net, dict):
+        return [f"{where} must be a mapping"]
+    problems = [f"{where}: unknown key {k!r}" for k in net if k not in _NET]
+    kind = net.get("net type")
+    if not isinstance(kind, str) or not _NET_TYPE.match(kind):
+        problems.append(f"{where}: 'net type' {kind!r} is not an LNet network "
+                        "(o2ib0, tcp1, ...)")
+    nis = net.get("local NI(s)")
+    if not isinstance(nis, list) or not nis:
+        problems.append(f"{where}: 'local NI(s)' must be a non-empty list")
+        return problems
+    seen: set[str] = set()
+    for j, ni in enumerate(nis):
+        problems += _ni_problems(f"{where}.local NI(s)[{j}]", where, ni, seen)
+    return problems
+
+
+def _ni_problems(at: str, where: str, ni: object, seen: set[str]) -> list[str]:
+    """One local NI of the net at `where`: known keys and an `interfaces` map {0: <netdev>,
+    ...} with contiguous integer keys; adds its interface names to `seen` (the net's so far)."""
+    if not isinstance(ni, dict):
+        return [f"{at} must be a mapping"]
+    problems = [f"{at}: unknown key {k!r}" for k in ni if k not in _NI]
+    intfs = ni.get("interfaces")
+    if not isinstance(intfs, dict) or not intfs:
+        problems.append(f"{at}: 'interfaces' must map 0, 1, ... to interface names")
+        return problems
+    keys = list(intfs)
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in keys) or set(
+            keys) != set(range(len(keys))):
+        problems.append(f"{at}: interface keys must be 0..{len(intfs) - 1}, got "
+                        f"{list(intfs)}")
+    for name in intfs.values():
+        if not isinstance(name, str) or not _NETDEV.match(name):
+            problems.append(f"{at}: {name!r} is not a network interface name")
+        elif name in seen:
+            problems.append(f"{at}: interface {name} appears twice in {where}")
         else:
-            problems += [f"global: unknown key {k!r}" for k in glob if k not in _GLOBAL]
-            problems += [f"global: {k} must be an integer" for k, v in glob.items()
-                         if not isinstance(v, int) or isinstance(v, bool)]
+            seen.add(name)
+    return problems
+
+
+def _global_problems(glob: object) -> list[str]:
+    """The optional `global` section: a mapping of known tunables with integer values."""
+    if glob is None:
+        return []
+    if not isinstance(glob, dict):
+        return ["'global' must be a mapping"]
+    problems = [f"global: unknown key {k!r}" for k in glob if k not in _GLOBAL]
+    problems += [f"global: {k} must be an integer" for k, v in glob.items()
+                 if not isinstance(v, int) or isinstance(v, bool)]
     return problems

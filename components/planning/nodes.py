@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 
 from components.config import Cluster
 from components.planning import kubeadm, placement, platform
+from components.planning.labels import CONTROL_PLANE_LABEL, CONTROL_PLANE_TAINT, GPU_TAINT
 
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-# kubeadm init/join --control-plane taints the node with this unless told otherwise.
-CONTROL_PLANE_TAINT = {"key": CONTROL_PLANE_LABEL, "value": "", "effect": "NoSchedule"}
 # Memory of one H100 SXM 80GB as GPU Feature Discovery reports it (MiB).
 H100_MEMORY_MIB = "81559"
 # The control-plane hosts' size is not part of the config: a typical management server.
@@ -66,7 +64,7 @@ def planned_nodes(cluster: Cluster) -> list[PlannedNode]:
                   "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(n.gpu.count),
                   "nvidia.com/gpu.memory": H100_MEMORY_MIB}
         nodes.append(PlannedNode(
-            n.hostname, "gpu-worker", labels, (kubeadm.GPU_TAINT,),
+            n.hostname, "gpu-worker", labels, (GPU_TAINT,),
             {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": GPU_NODE_EPHEMERAL,
              "nvidia.com/gpu": str(n.gpu.count),
              # The RDMA shared device plugin: rdmaHcaMax pods may share the node's HCAs.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from components.config import Cluster
 from components.planning.fabric.model import (
     FabricNode,
@@ -25,18 +27,25 @@ def fabric_spec(cluster: Cluster) -> FabricSpec:
         rails_per_leaf=f.rails_per_leaf,
         spines=f.spines,
         default_switch_rack=f.switch_rack,
-        switch_guids=dict(f.switch_guids) | dict(cluster._inventory.switch_guids),
+        switch_guids=dict(f.switch_guids) | dict(cluster.inventory.switch_guids),
         partitions=tuple(Partition(name=p.name, pkey=p.pkey, members=p.members, ipoib=p.ipoib,
                                    data_path=p.data_path, port_guids=p.port_guids)
                          for p in f.partitions),
     )
 
 
+# The plan of each live model, by identity: planned once (when the config is validated) and
+# forgotten with the model. The model is frozen, so its plan never goes stale.
+_PLANS: dict[int, FabricPlan] = {}
+
+
 def plan(cluster: Cluster) -> FabricPlan:
-    """The fabric plan of a config; planned once, when the config is validated."""
-    if cluster._fabric_plan is None:
-        cluster._fabric_plan = _plan(cluster)
-    return cluster._fabric_plan
+    """The fabric plan of a config."""
+    key = id(cluster)
+    if key not in _PLANS:
+        _PLANS[key] = _plan(cluster)
+        weakref.finalize(cluster, _PLANS.pop, key, None)
+    return _PLANS[key]
 
 
 def _plan(cluster: Cluster) -> FabricPlan:

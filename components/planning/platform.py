@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from components.config import Chart, Cluster
-from components.planning.compat import (
+from components.compat import (
     NETWORK_OPERATOR_RELEASES,
     TRAINING_OPERATOR_COMMITS,
     training_operator_pin_fix,
     training_operator_unpinned,
 )
+from components.config import Chart, Cluster
 from components.planning.fabric.model import FabricPlan
-from components.planning.kubeadm import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
+from components.planning.labels import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 from components.planning.release_placement import with_placement
 
 RDMA_NETWORK = "ib-rail0"  # the IPoIB attachment pods use for NCCL's bootstrap socket
@@ -605,7 +605,7 @@ def queues(cluster: Cluster) -> list[dict]:
 
 
 def su_hypernode(su: int) -> str:
-    """Tier-1 HyperNode of SU n; equals the node label kubeadm.SU_LABEL of its members."""
+    """Tier-1 HyperNode of SU n; equals the node label labels.SU_LABEL of its members."""
     return f"su{su}"
 
 
@@ -695,7 +695,7 @@ TRAINING_OPERATOR_KUSTOMIZATION = """\
 # gang scheduling through Volcano: the operator creates a scheduling.volcano.sh PodGroup per job.
 # Rendered by components/planning/platform.py::training_operator_kustomization; a test keeps
 # the two equal, and the ref the commit of the tag platform.trainingOperator.version names
-# (components/planning/compat.py::TRAINING_OPERATOR_COMMITS).
+# (policies/gpu_guardrails/compat_data.py::TRAINING_OPERATOR_COMMITS).
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from components.planning.kubeadm import GPU_TAINT
+from components.planning.labels import CONTROL_PLANE_LABEL as CONTROL_PLANE
+from components.planning.labels import GPU_TAINT
 from components.planning.scheduling import tolerates
 
-CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 SYSTEM_SELECTOR = {CONTROL_PLANE: ""}
 SYSTEM_TOLERATIONS = [{"key": CONTROL_PLANE, "operator": "Exists", "effect": "NoSchedule"}]
 EVERYWHERE = [{"operator": "Exists"}]  # a node agent: every taint, every effect

@@ -7,6 +7,7 @@ shows in the preview as a changed line on exactly the two switches it touches.
 from __future__ import annotations
 
 from components.planning.fabric.model import FabricPlan
+from components.planning.port_descriptions import description, port_line
 
 
 def port_maps(plan: FabricPlan) -> dict[str, dict[int, str]]:
@@ -17,8 +18,8 @@ def port_maps(plan: FabricPlan) -> dict[str, dict[int, str]]:
     for cable in plan.cables:
         for here, there in ((cable.a, cable.b), (cable.b, cable.a)):
             if here.is_switch:
-                maps[here.device][here.port] = (f"{there.label()} "
-                                                f"[{cable.media} {cable.length_class}]")
+                maps[here.device][here.port] = description(there.label(), cable.media,
+                                                           cable.length_class)
     return {name: dict(sorted(ports.items())) for name, ports in sorted(maps.items())}
 
 
@@ -30,8 +31,6 @@ def switch_cli(name: str, ports: dict[int, str], host_sm: bool, radix: int) -> s
     if host_sm:
         # The host subnet managers (master + standby) own the fabric; a switch SM would compete.
         lines.append("no ib sm")
-    for port in range(1, radix + 1):
-        lines.append(f'interface ib 1/{port} description "{ports[port]}"' if port in ports
-                     else f"no interface ib 1/{port} description")
+    lines += [port_line(port, ports.get(port)) for port in range(1, radix + 1)]
     lines += ["configuration write", "exit"]
     return "\n".join(lines) + "\n"

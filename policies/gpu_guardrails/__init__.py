@@ -1,12 +1,17 @@
 """gpu-guardrails: policy rules for the gpu-cluster stack.
 
 Import this package (not `policies/__main__.py`, which serves the pack and blocks). A rule is
-one decorated function (see `registry.py`) in the module of its domain: `rules.py` (images,
-charts, checkpoints, SSH, GPU requests), `rules_k8s.py` (training, RDMA, NCCL, inference,
-security), `rules_fabric.py` (InfiniBand), `rules_bootstrap.py` (kubeadm, providers, versions),
-`rules_exposure.py` (the inference API, network policies, load-balancer addresses),
-`rules_hardening.py` (audit, encryption, kubelet and control-plane settings, host scripts,
-workload privileges).
+one decorated function (see `registry.py`) in the module of its domain:
+- `rules.py`: images, charts, checkpoints, SSH, GPU requests;
+- `rules_bootstrap.py`: kubeadm, providers, versions;
+- `rules_exposure.py`: the inference API, network policies, load-balancer addresses;
+- `rules_fabric.py`: InfiniBand;
+- `rules_hardening.py`: audit, encryption, kubelet and control-plane settings, host scripts,
+  workload privileges;
+- `rules_inference.py`: inference services;
+- `rules_pods.py`: privilege, secrets and GPU placement of every pod;
+- `rules_rdma.py`: RDMA pods and NCCL;
+- `rules_training.py`: training jobs and gang scheduling.
 Levels can be overridden per rule with a policy config (`{"<rule>": "advisory" |
 {"enforcementLevel": "…", <properties>}}`): `INITIAL_CONFIG` below, `pulumi preview
 --policy-pack-config`, or `python -m offline preview --policy-config`. `python -m
@@ -21,7 +26,10 @@ from . import rules_bootstrap as _rules_bootstrap  # noqa: F401
 from . import rules_exposure as _rules_exposure  # noqa: F401
 from . import rules_fabric as _rules_fabric  # noqa: F401
 from . import rules_hardening as _rules_hardening  # noqa: F401
-from . import rules_k8s as _rules_k8s  # noqa: F401
+from . import rules_inference as _rules_inference  # noqa: F401
+from . import rules_pods as _rules_pods  # noqa: F401
+from . import rules_rdma as _rules_rdma  # noqa: F401
+from . import rules_training as _rules_training  # noqa: F401
 from .registry import REGISTRY
 
 POLICIES = list(REGISTRY)

@@ -203,54 +203,28 @@ def kind(type_: str) -> str:
     return type_.rsplit(":", 1)[-1]
 
 
-# ------------------------------------------------------------------ fabric texts
-
-_PORT_LINE = re.compile(r'^interface ib 1/(\d+) description "(.*)"\s*$')
-_HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)(?: \[[^\]]*\])?$")
-_SWITCH_PEER = re.compile(r"^(\S+) port (\d+)(?: \[[^\]]*\])?$")
-
-
-def switch_ports(cli: str) -> dict[int, str]:
-    """port -> description from the MLNX-OS commands pushed to a switch."""
-    out: dict[int, str] = {}
-    for line in cli.splitlines():
-        m = _PORT_LINE.match(line.strip())
-        if m:
-            out[int(m.group(1))] = m.group(2)
-    return out
+def gpu_workload(resource: Any) -> bool:
+    """Whether any pod template of a resource (rule args or a stack resource) requests GPUs."""
+    return any(pod_gpus(spec)
+               for _, _, spec in pod_templates(resource.resource_type, resource.props))
 
 
-def hca_peer(description: str) -> tuple[str, int, str] | None:
-    """(host, rail, hca) for a port cabled to a compute HCA."""
-    m = _HCA_PEER.match(description)
-    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+# ------------------------------------------------------------------ fabric facts
 
 
-def switch_peer(description: str) -> tuple[str, int] | None:
-    m = _SWITCH_PEER.match(description)
-    return (m.group(1), int(m.group(2))) if m else None
-
-
-def switch_commands(resources: Any) -> dict[str, str]:
-    """switch name -> CLI text, from the fabric's switch commands (`create: cli`)."""
-    out: dict[str, str] = {}
+def cabled_rails(resources: Any) -> dict[str, dict[int, tuple[list[str], list[str]]]]:
+    """host -> rail -> (HCAs, switches) the rail is cabled with, from the facts the fabric
+    component publishes (`facts.rails`, read from the very switch commands it pushes): the pack
+    never parses switch CLI text itself."""
+    out: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
     for r in resources:
-        if r.resource_type != "command:remote:Command" or get(r.props, "create") != "cli":
+        if r.resource_type != FABRIC_TYPE:
             continue
-        stdin = get(r.props, "stdin")
-        if isinstance(stdin, str):
-            m = re.search(r"^hostname (\S+)$", stdin, re.M)
-            out[m.group(1) if m else r.name] = stdin
-    return out
-
-
-def cabled_hcas(resources: Any) -> dict[str, dict[int, tuple[str, str]]]:
-    """host -> rail -> (hca, switch) as the switch commands describe the cabling."""
-    out: dict[str, dict[int, tuple[str, str]]] = {}
-    for switch, cli in switch_commands(resources).items():
-        for desc in switch_ports(cli).values():
-            peer = hca_peer(desc)
-            if peer:
-                host, rail, hca = peer
-                out.setdefault(host, {})[rail] = (hca, switch)
+        rails = get(r.props, "facts", "rails")
+        for host, by_rail in (rails.items() if is_map(rails) else ()):
+            for rail, entry in (by_rail.items() if is_map(by_rail) else ()):
+                hcas, switches = get(entry, "hcas"), get(entry, "switches")
+                out.setdefault(host, {})[int(rail)] = (
+                    [h for h in hcas if isinstance(h, str)] if is_list(hcas) else [],
+                    [s for s in switches if isinstance(s, str)] if is_list(switches) else [])
     return out

@@ -32,6 +32,29 @@ RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = {
 # Volcano releases with the HyperNode (network-topology-aware scheduling) API the stack renders.
 VOLCANO_HYPERNODE = ("1.12.0",)
 
+# Kubeflow Training Operator: the v1 API (PyTorchJob, MPIJob kubeflow.org/v1) and the
+# --gang-scheduler-name flag the platform sets live on the release-1.9 branch only; master is
+# Trainer v2 (TrainJob). platform/training-operator/kustomization.yaml pins the same ref.
+TRAINING_OPERATOR_SERIES = "v1.9."
+# Release -> the commit its tag points to: the kustomization fetches the upstream overlay by
+# this commit, never by the tag (a tag can be moved). Source: the Go module proxy,
+# https://proxy.golang.org/github.com/kubeflow/training-operator/@v/<release>.info, whose
+# Origin.Hash is the commit of Origin.Ref refs/tags/<release>. A release needs its entry here.
+TRAINING_OPERATOR_COMMITS: dict[str, str] = {
+    "v1.9.4": "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
+}
+
+# Calico (tigera-operator) minor series -> Kubernetes minor versions it is tested with
+# (Calico's per-release system requirements).
+CALICO_K8S: dict[str, tuple[int, int]] = {
+    "v3.30": (31, 33),
+    "v3.31": (32, 35),
+}
+
+# vLLM's OpenAI server: releases before this one have published security advisories the
+# stack's API exposure must not carry (vLLM's GitHub security advisories, fixed in 0.11.1).
+VLLM_FLOOR = (0, 11, 1)
+
 # The Kubernetes ranges alone, as the version rules read them.
 NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {
     release: entry["kubernetes"] for release, entry in NETWORK_OPERATOR_RELEASES.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeGuard, cast
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -25,8 +25,22 @@ REGISTRY: list[ResourceValidationPolicy | StackValidationPolicy] = []
 # rule id -> the decorated function (its docstring is the rule's reason).
 DOCS: dict[str, Callable[..., None]] = {}
 
-ResourceCheck = Callable[[ResourceValidationArgs, ReportViolation], None]
-StackCheck = Callable[[StackValidationArgs, ReportViolation], None]
+
+class Report(Protocol):
+    """How a rule reports a violation: a message and, optionally, the urn of the resource."""
+
+    def __call__(self, message: str, urn: str | None = None, /) -> None: ...
+
+
+def _optional_urn(report: ReportViolation) -> Report:
+    """The engine's callback as what it is. pulumi_policy types `ReportViolation` as
+    `Callable[[str, Optional[str]], None]` (the urn required), but documents the urn as optional
+    and every callback it passes declares `urn: Optional[str] = None`."""
+    return cast(Report, report)
+
+
+ResourceCheck = Callable[[ResourceValidationArgs, Report], None]
+StackCheck = Callable[[StackValidationArgs, Report], None]
 
 
 class Suppressed(NamedTuple):
@@ -53,7 +67,7 @@ def recording_suppressions() -> Iterator[list[Suppressed]]:
         _recording.remove(found)
 
 
-def _note(rule: str, urn: str | None, reason: str) -> ReportViolation:
+def _note(rule: str, urn: str | None, reason: str) -> Report:
     def report(message: str, _urn: str | None = None) -> None:
         for found in _recording:
             found.append(Suppressed(rule, urn or _urn, message, reason))
@@ -88,7 +102,7 @@ def resource_rule(
                 return
             reason = suppression(name, args, args.name, args.props)
             # A suppressed rule still runs: what it would have reported is recorded as such.
-            fn(args, report if reason is None else _note(name, args.urn, reason))
+            fn(args, _optional_urn(report) if reason is None else _note(name, args.urn, reason))
 
         _register(ResourceValidationPolicy(
             name=name, description=description, validate=validate, enforcement_level=level))
@@ -177,9 +191,9 @@ def get(obj: Any, *path: Any) -> Any:
     return cur
 
 
-def is_map(value: Any) -> bool:
+def is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     return isinstance(value, Mapping)
 
 
-def is_list(value: Any) -> bool:
+def is_list(value: Any) -> TypeGuard[Sequence[Any]]:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))

@@ -9,13 +9,12 @@ from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
-    ReportViolation,
     ResourceValidationArgs,
     StackValidationArgs,
 )
 
 from .common import WORKLOAD_TYPES, containers, pod_containers, pod_templates, qty
-from .registry import get, is_list, resource_rule, stack_rule
+from .registry import Report, get, is_list, resource_rule, stack_rule
 
 
 def _image_unpinned(image: str) -> str | None:
@@ -35,7 +34,7 @@ def _image_unpinned(image: str) -> str | None:
     EnforcementLevel.MANDATORY,
     WORKLOAD_TYPES,
 )
-def no_latest_image(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def no_latest_image(args: ResourceValidationArgs, report: Report) -> None:
     """A moving tag makes a 1000-GPU job restart onto a different image after a node failure,
     so a resumed run silently mixes library versions; the preview diff also cannot show it."""
     for path, c in containers(args.resource_type, args.props):
@@ -57,7 +56,7 @@ _EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
     EnforcementLevel.MANDATORY,
     ("kubernetes:helm.sh/*:Release",),
 )
-def helm_chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def helm_chart_pinned(args: ResourceValidationArgs, report: Report) -> None:
     """Without an exact version, `helm` resolves the newest chart at apply time: GPU Operator and
     Network Operator versions are only supported in specific pairs (RDMA breaks otherwise)."""
     version = get(args.props, "version")
@@ -79,7 +78,7 @@ def _name(args_or_res: Any) -> str:
     EnforcementLevel.MANDATORY,
     ("kubernetes:core/v1:PersistentVolume",),
 )
-def checkpoint_volume_retained(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def checkpoint_volume_retained(args: ResourceValidationArgs, report: Report) -> None:
     """Checkpoints are what a multi-week run restarts from after the (frequent) hardware
     failures; a Delete/Recycle policy would erase them when the claim goes away."""
     if "checkpoint" not in _name(args):
@@ -94,7 +93,7 @@ def checkpoint_volume_retained(args: ResourceValidationArgs, report: ReportViola
     "Checkpoint volumes and the claims bound to them are Pulumi-protected",
     EnforcementLevel.MANDATORY,
 )
-def checkpoint_volume_protected(args: StackValidationArgs, report: ReportViolation) -> None:
+def checkpoint_volume_protected(args: StackValidationArgs, report: Report) -> None:
     """`protect` makes `pulumi destroy` or a replacement refuse to delete them. A stack rule
     because a claim is a checkpoint claim also when it only binds a checkpoint PV by
     `spec.volumeName`. `opts.protect` is what pulumi-policy exposes (PolicyResourceOptions) for
@@ -123,7 +122,7 @@ def checkpoint_volume_protected(args: StackValidationArgs, report: ReportViolati
     EnforcementLevel.MANDATORY,
     ("command:remote:*",),
 )
-def ssh_host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def ssh_host_key_pinned(args: ResourceValidationArgs, report: Report) -> None:
     """Without a host key pulumi-command accepts any key, so a re-imaged or spoofed host on the
     management network would receive the kubeadm join token and the cluster's private key."""
     conn = get(args.props, "connection")
@@ -145,7 +144,7 @@ def ssh_host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -
     EnforcementLevel.MANDATORY,
     WORKLOAD_TYPES,
 )
-def gpu_requests_equal_limits(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def gpu_requests_equal_limits(args: ResourceValidationArgs, report: Report) -> None:
     """GPUs are an extended resource: Kubernetes rejects requests that differ from limits, and a
     request without a limit is not scheduled onto a GPU at all — found only at apply time."""
     for path, c in containers(args.resource_type, args.props):
@@ -170,7 +169,7 @@ def _access_modes(props: Any) -> list[str]:
     EnforcementLevel.MANDATORY,
     ("kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim"),
 )
-def checkpoint_volume_rwx(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def checkpoint_volume_rwx(args: ResourceValidationArgs, report: Report) -> None:
     """Every rank of every node writes its shard of a checkpoint at once; a ReadWriteOnce
     volume mounts on one node only, so the job's other pods never start (or cannot save)."""
     labels = get(args.props, "metadata", "labels", "gpucluster.io/purpose")
@@ -192,7 +191,7 @@ def _checkpoint_pv(r: Any) -> bool:
     "Checkpoint volumes are mounted read-write everywhere they are mounted",
     EnforcementLevel.MANDATORY,
 )
-def checkpoint_volume_writable(args: StackValidationArgs, report: ReportViolation) -> None:
+def checkpoint_volume_writable(args: StackValidationArgs, report: Report) -> None:
     """A read-only checkpoint mount (the PV's CSI `readOnly`, a `ro` mount option, the claim
     mounted `readOnly`) lets a job start and train for hours, then fail at its first save — and
     every restart after a hardware failure goes back to the last checkpoint that was written.

@@ -9,14 +9,13 @@ from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
-    ReportViolation,
     ResourceValidationArgs,
     StackValidationArgs,
 )
 
 from . import compat_data
 from .common import KUBEADM_INIT, config
-from .registry import get, resource_rule, stack_rule
+from .registry import Report, get, resource_rule, stack_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
@@ -40,7 +39,7 @@ def _minutes(value: str) -> float | None:
     MANDATORY,
     COMMAND,
 )
-def kubeadm_token_ttl_bounded(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kubeadm_token_ttl_bounded(args: ResourceValidationArgs, report: Report) -> None:
     """A bootstrap token lets anything on the management network join as a node and read
     the cluster's CA-signed identity; the default is 24 h and --ttl 0 never expires.
     Config: maxMinutes (120)."""
@@ -76,7 +75,7 @@ def _cluster_configuration(args: Any) -> str | None:
     MANDATORY,
     COMMAND,
 )
-def kube_encryption_at_rest(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kube_encryption_at_rest(args: ResourceValidationArgs, report: Report) -> None:
     """Join tokens, registry credentials and the TLS keys of the inference endpoint live in
     Secrets; without encryption they sit in plain text in etcd and in every etcd backup."""
     text = _cluster_configuration(args)
@@ -90,7 +89,7 @@ def kube_encryption_at_rest(args: ResourceValidationArgs, report: ReportViolatio
     MANDATORY,
     COMMAND,
 )
-def kube_audit_logging(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kube_audit_logging(args: ResourceValidationArgs, report: Report) -> None:
     """On a shared GPU cluster the audit log is the only record of who changed a quota,
     exec'd into a training pod or read a Secret."""
     text = _cluster_configuration(args)
@@ -107,7 +106,7 @@ def kube_audit_logging(args: ResourceValidationArgs, report: ReportViolation) ->
     MANDATORY,
     ("kubernetes:*",),
 )
-def kubernetes_provider_explicit(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kubernetes_provider_explicit(args: ResourceValidationArgs, report: Report) -> None:
     """A default provider reads the ambient kubeconfig: a `pulumi up` from a laptop pointed
     at another cluster would create (or delete) these objects there."""
     prov = args.provider
@@ -124,7 +123,7 @@ def kubernetes_provider_explicit(args: ResourceValidationArgs, report: ReportVio
     EnforcementLevel.ADVISORY,
     ("kubernetes:helm.sh/*:Release",),
 )
-def helm_release_atomic(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def helm_release_atomic(args: ResourceValidationArgs, report: Report) -> None:
     """A half-applied GPU or Network Operator upgrade leaves nodes with mismatched drivers and
     device plugins: GPUs or RDMA devices disappear from every node until someone repairs it."""
     if get(args.props, "atomic") is not True:
@@ -146,7 +145,7 @@ def _semver(v: str) -> tuple[int, ...]:
     "Kubernetes, GPU Operator, Network Operator and Volcano versions are a supported set",
     MANDATORY,
 )
-def component_versions_compatible(args: StackValidationArgs, report: ReportViolation) -> None:
+def component_versions_compatible(args: StackValidationArgs, report: Report) -> None:
     """Each pin is valid alone; the pairs are not: GPU Operator v26.3.2 with Network Operator
     26.4.0 loses GPUDirect RDMA, and operators refuse Kubernetes minors they do not support.
     The matrix is compat_data.py, the one release table the stack reads too."""

@@ -7,7 +7,6 @@ from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
-    ReportViolation,
     ResourceValidationArgs,
     StackValidationArgs,
 )
@@ -21,7 +20,7 @@ from .common import (
     pod_gpus,
     pod_templates,
 )
-from .registry import get, is_list, is_map, resource_rule, stack_rule
+from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -38,7 +37,7 @@ def _serves_vllm(c: Any) -> bool:
     MANDATORY,
     (DEPLOYMENT,),
 )
-def inference_api_key(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def inference_api_key(args: ResourceValidationArgs, report: Report) -> None:
     """Without --api-key (VLLM_API_KEY) every /v1 route answers anyone who reaches the port: a
     free GPU cluster for the network. The key comes from a Secret, so it is in no spec,
     rendering or state."""
@@ -58,7 +57,7 @@ def inference_api_key(args: ResourceValidationArgs, report: ReportViolation) -> 
     ("kubernetes:networking.k8s.io/v1:Ingress",),
 )
 def ingress_publishes_an_api_prefix(args: ResourceValidationArgs,
-                                    report: ReportViolation) -> None:
+                                    report: Report) -> None:
     """A `/` prefix publishes every route of the backend: vLLM's /metrics, /docs and /tokenize
     with the API. Route the API's prefix (/v1) only."""
     rules = get(args.props, "spec", "rules")
@@ -84,7 +83,7 @@ def _default_deny(props: Any) -> bool:
     MANDATORY,
 )
 def workload_namespaces_deny_by_default(args: StackValidationArgs,
-                                        report: ReportViolation) -> None:
+                                        report: Report) -> None:
     """Calico admits all pod traffic until a policy selects the pod: any pod could reach a
     model server's port or a training job's rendezvous. A namespace-wide default deny, then
     one allow per path the stack needs, is the baseline."""
@@ -111,7 +110,7 @@ def workload_namespaces_deny_by_default(args: StackValidationArgs,
     ("kubernetes:metallb.io/v1beta1:IPAddressPool",),
 )
 def load_balancer_pool_not_auto_assigned(args: ResourceValidationArgs,
-                                         report: ReportViolation) -> None:
+                                         report: Report) -> None:
     """An auto-assigned pool gives any `type: LoadBalancer` Service, in any namespace, an
     address reachable from outside: a forgotten debug Service publishes a model server."""
     if get(args.props, "spec", "autoAssign") is not False:

@@ -8,15 +8,15 @@ from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
-    ReportViolation,
     ResourceValidationArgs,
     StackValidationArgs,
 )
 
-from .common import FABRIC_TYPE, config, hca_peer, qty, switch_commands, switch_ports
-from .registry import get, is_list, is_map, resource_rule, stack_rule
+from .common import FABRIC_TYPE, cabled_rails, config, qty
+from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
 
-# The stack's node label naming a GPU node's SU (kubeadm.SU_LABEL; NodeRestriction's prefix).
+# The stack's node label naming a GPU node's SU (SU_LABEL in components/planning/labels.py,
+# under NodeRestriction's prefix).
 SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -37,7 +37,7 @@ def _switches(args: Any) -> list[tuple[str, Any]]:
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def fabric_facts_published(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def fabric_facts_published(args: ResourceValidationArgs, report: Report) -> None:
     """Every fabric rule reads these facts; without them a miscabled or oversubscribed plan
     would pass review silently instead of failing loudly."""
     facts = _facts(args)
@@ -52,7 +52,7 @@ def fabric_facts_published(args: ResourceValidationArgs, report: ReportViolation
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def fabric_non_blocking(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def fabric_non_blocking(args: ResourceValidationArgs, report: Report) -> None:
     """All-reduce across nodes runs at the bisection bandwidth: a 2:1 leaf halves the
     inter-node bus bandwidth of every job that spans leaves, and nothing reports it — the
     NCCL test just comes out at 50 %. (~80 cables for 8 DGX H100s would be 4:1.)"""
@@ -71,7 +71,7 @@ def fabric_non_blocking(args: ResourceValidationArgs, report: ReportViolation) -
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def fabric_within_radix(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def fabric_within_radix(args: ResourceValidationArgs, report: Report) -> None:
     """A plan that needs port 65 on a 64-port switch cannot be cabled; the technician finds
     out in the data hall. Config: radix (64)."""
     radix = config(args, "radix", 64)
@@ -87,11 +87,11 @@ def fabric_within_radix(args: ResourceValidationArgs, report: ReportViolation) -
     "Within a scalable unit, rail r of every node is cabled to the same single leaf",
     MANDATORY,
 )
-def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: ReportViolation) -> None:
+def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: Report) -> None:
     """Rail alignment lets NCCL keep rail-r traffic on one leaf (one hop) and makes the ftree
     routing of the SU balanced; a node whose rail lands on another leaf sends that rail's
     traffic over the spines. SU membership comes from the nodes' SU labels (NodePatch), the
-    cabling from the switch port descriptions."""
+    cabling from the fabric's published facts (the switch port descriptions it configures)."""
     su_of: dict[str, str] = {}
     for r in args.resources:
         if r.resource_type == "kubernetes:core/v1:NodePatch":
@@ -99,17 +99,12 @@ def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: ReportVio
             host = get(r.props, "metadata", "name")
             if isinstance(su, str) and isinstance(host, str):
                 su_of[host] = su
-    links: dict[str, dict[int, set[str]]] = {}
-    for switch, cli in switch_commands(args.resources).items():
-        for desc in switch_ports(cli).values():
-            peer = hca_peer(desc)
-            if peer:
-                links.setdefault(peer[0], {}).setdefault(peer[1], set()).add(switch)
     leaves: dict[tuple[str, int], dict[str, list[str]]] = {}
-    for host, rails in sorted(links.items()):
-        for rail, switches in sorted(rails.items()):
+    for host, rails in sorted(cabled_rails(args.resources).items()):
+        for rail, (_, cabled) in sorted(rails.items()):
+            switches = sorted(set(cabled))
             if len(switches) > 1:
-                report(f"{host} rail {rail} is cabled to {sorted(switches)}")
+                report(f"{host} rail {rail} is cabled to {switches}")
             if host in su_of:
                 for sw in switches:
                     leaves.setdefault((su_of[host], rail), {}).setdefault(sw, []).append(host)
@@ -125,7 +120,7 @@ def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: ReportVio
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def subnet_managers_redundant(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def subnet_managers_redundant(args: ResourceValidationArgs, report: Report) -> None:
     """With one SM the fabric cannot re-route around a failed link or switch once that SM's
     host is down; equal priorities make master election depend on GUID order and flap after
     a reboot. Config: minimum (2)."""
@@ -150,7 +145,7 @@ def subnet_managers_redundant(args: ResourceValidationArgs, report: ReportViolat
     (FABRIC_TYPE,),
 )
 def subnet_manager_m_key_protected(args: ResourceValidationArgs,
-                                   report: ReportViolation) -> None:
+                                   report: Report) -> None:
     """Any pod holding an HCA's umad device can send SMPs. Below M_Key protection level 2 a
     port accepts a Set of its P_Key table or state from anyone (level 1 still returns the key
     to any Get), so a tenant could move itself into another partition."""
@@ -168,7 +163,7 @@ def subnet_manager_m_key_protected(args: ResourceValidationArgs,
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def subnet_manager_keys_secret(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def subnet_manager_keys_secret(args: ResourceValidationArgs, report: Report) -> None:
     """A key written in the rendered opensm.conf is in the plan, the state and every
     rendering in clear text, and every copy of the file shares it; the stack appends the keys
     on the SM host from the fabricMKey/fabricSmKey/fabricSaKey secrets."""
@@ -187,7 +182,7 @@ def subnet_manager_keys_secret(args: ResourceValidationArgs, report: ReportViola
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def switch_sm_disabled(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def switch_sm_disabled(args: ResourceValidationArgs, report: Report) -> None:
     """A QM9700's embedded SM at a higher priority would take mastership from opensm with a
     different routing engine and partition table: pkeys and ftree routing silently lost."""
     sms = get(_facts(args), "subnetManagers")
@@ -204,7 +199,7 @@ def switch_sm_disabled(args: ResourceValidationArgs, report: ReportViolation) ->
     MANDATORY,
     (FABRIC_TYPE,),
 )
-def partition_pkeys_in_range(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def partition_pkeys_in_range(args: ResourceValidationArgs, report: Report) -> None:
     """PKeys are 15 bits; 0x0000 is invalid and 0x7fff the default partition, so a tenant on
     either is not isolated, and two tenants on one pkey see each other's traffic."""
     parts = get(_facts(args), "partitions")

@@ -8,10 +8,10 @@ import re
 from typing import Any
 
 import yaml
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
+from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 
 from .common import KUBEADM_INIT, TRAINING_JOB_TYPES, containers, pod_templates
-from .registry import get, is_list, is_map, resource_rule
+from .registry import Report, get, is_list, is_map, resource_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
@@ -69,7 +69,7 @@ def _audit_level(policy: dict[str, Any], group: str, resource: str) -> str:
     COMMAND,
 )
 def audit_policy_no_secret_bodies(args: ResourceValidationArgs,
-                                  report: ReportViolation) -> None:
+                                  report: Report) -> None:
     """At Request or RequestResponse every Secret's data (join tokens, the inference API key,
     TLS keys) is written in clear to the audit log and its backups."""
     for policy in _of_kind(args, "Policy"):
@@ -87,7 +87,7 @@ def audit_policy_no_secret_bodies(args: ResourceValidationArgs,
     COMMAND,
 )
 def encryption_not_identity_first(args: ResourceValidationArgs,
-                                  report: ReportViolation) -> None:
+                                  report: Report) -> None:
     """The API server writes with the first provider: `identity` first stores every new
     Secret unencrypted in etcd while the configuration still looks encrypted."""
     for config in _of_kind(args, "EncryptionConfiguration"):
@@ -105,7 +105,7 @@ def encryption_not_identity_first(args: ResourceValidationArgs,
     MANDATORY,
     COMMAND,
 )
-def kubelet_authenticated(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kubelet_authenticated(args: ResourceValidationArgs, report: Report) -> None:
     """An anonymous or AlwaysAllow kubelet lets any pod on the network exec into every pod on
     the node (training and serving containers with the GPUs, the API key in their env); the
     read-only port 10255 lists every pod spec without authentication."""
@@ -126,7 +126,7 @@ def kubelet_authenticated(args: ResourceValidationArgs, report: ReportViolation)
     MANDATORY,
     COMMAND,
 )
-def kubelet_serving_verified(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def kubelet_serving_verified(args: ResourceValidationArgs, report: Report) -> None:
     """Without --kubelet-certificate-authority the API server accepts any certificate on a
     node's port 10250: whoever answers there (a rebuilt host, a spoofed address) receives
     `kubectl exec` sessions and their input, and serves forged logs (CIS 1.2.5). With it, a
@@ -162,7 +162,7 @@ _UNSAFE_API_ARGS = {
     MANDATORY,
     COMMAND,
 )
-def control_plane_hardened(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def control_plane_hardened(args: ResourceValidationArgs, report: Report) -> None:
     """AlwaysAllow authorizes every request, AlwaysAdmit skips Pod Security and the admission
     policies, and the profiling endpoints give anyone with access a heap and CPU profile of
     the control plane."""
@@ -189,7 +189,7 @@ _ANONYMOUS_OK = {"/livez", "/readyz", "/healthz",
     MANDATORY,
     COMMAND,
 )
-def apiserver_anonymous_limited(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def apiserver_anonymous_limited(args: ResourceValidationArgs, report: Report) -> None:
     """By default every unauthenticated request reaches authorization as system:anonymous: one
     careless RoleBinding (or a discovery endpoint) away from an open cluster (CIS 1.2.1). The
     stack's AuthenticationConfiguration lets anonymous requests through on the paths the
@@ -244,7 +244,7 @@ _SCRIPT_PATTERNS = (
     MANDATORY,
     COMMAND,
 )
-def host_scripts_safe(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def host_scripts_safe(args: ResourceValidationArgs, report: Report) -> None:
     """These scripts run as root on every host: a `curl | bash` runs whatever the network
     serves that day, an unpinned join trusts any API server, and a password login is a
     brute-force target on the management network."""
@@ -268,7 +268,7 @@ _DANGEROUS_CAPS = {"ALL", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYS_MODULE", 
     USER_WORKLOADS,
 )
 def workload_containers_unprivileged(args: ResourceValidationArgs,
-                                     report: ReportViolation) -> None:
+                                     report: Report) -> None:
     """Training and serving containers run user code with GPUs and the cluster's data: a
     setuid binary (allowPrivilegeEscalation), SYS_ADMIN or an unconfined seccomp profile
     turns a job into root on the node. IPC_LOCK (RDMA) is not among them."""
@@ -293,7 +293,7 @@ def workload_containers_unprivileged(args: ResourceValidationArgs,
     MANDATORY,
     ("kubernetes:networking.k8s.io/v1:Ingress",),
 )
-def ingress_redirects_to_tls(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def ingress_redirects_to_tls(args: ResourceValidationArgs, report: Report) -> None:
     """With ssl-redirect off, a client that types http:// sends its API key in clear across
     the service network."""
     for key in ("nginx.ingress.kubernetes.io/ssl-redirect",
@@ -309,7 +309,7 @@ def ingress_redirects_to_tls(args: ResourceValidationArgs, report: ReportViolati
     ("kubernetes:helm.sh/v3:Release",),
 )
 def grafana_no_default_password(args: ResourceValidationArgs,
-                                report: ReportViolation) -> None:
+                                report: Report) -> None:
     """kube-prometheus-stack enables Grafana with the published admin password
     `prom-operator`: every dashboard (and every data source's credentials) for anyone who
     reads the chart's README."""

@@ -100,9 +100,10 @@ def _detailed(plan: FabricPlan) -> str:
             pos[n] = (xs[n] + bw // 2, y)
         y += bh + 90
     xs = _row(hosts, nw, gap, total)
-    for n in plan.nodes:
-        svg.box(xs[n.hostname], y, nw, bh, _FILL["node"], [n.hostname, f"SU{n.su} slot {n.slot}"])
-        pos[n.hostname] = (xs[n.hostname] + nw // 2, y)
+    for node in plan.nodes:
+        svg.box(xs[node.hostname], y, nw, bh, _FILL["node"],
+                [node.hostname, f"SU{node.su} slot {node.slot}"])
+        pos[node.hostname] = (xs[node.hostname] + nw // 2, y)
     # switch-switch: one line per pair, labelled with the parallel cable count
     pairs: dict[tuple[str, str], int] = {}
     host_leaf: dict[tuple[str, str], list[int]] = {}
@@ -114,15 +115,15 @@ def _detailed(plan: FabricPlan) -> str:
     for (lo, hi), k in sorted(pairs.items()):
         (x1, y1), (x2, y2) = pos[lo], pos[hi]
         svg.line(x1, y1, x2, y2 + bh, width=1 + min(k, 16) / 4, label=f"x{k}")
-    for (host, leaf), rails in sorted(host_leaf.items()):
+    for (host, leaf), host_rails in sorted(host_leaf.items()):
         (x1, y1), (x2, y2) = pos[host], pos[leaf]
-        color = _RAIL_COLORS[min(rails) % len(_RAIL_COLORS)]
-        svg.line(x1, y1, x2, y2 + bh, color=color, width=len(rails) / 2 + 0.5)
-    for i, s in enumerate(plan.sm):  # SM hosts to the right of their switch
-        x, ytop = pos[s.switch]
+        color = _RAIL_COLORS[min(host_rails) % len(_RAIL_COLORS)]
+        svg.line(x1, y1, x2, y2 + bh, color=color, width=len(host_rails) / 2 + 0.5)
+    for i, sm in enumerate(plan.sm):  # SM hosts to the right of their switch
+        x, ytop = pos[sm.switch]
         sx, sy = total + 10, 40 + i * (bh + 10)
-        svg.box(sx, sy, bw, bh, _FILL["sm"], [f"{s.hostname} (SM {s.priority})",
-                                               f"{s.switch}:{s.port}"])
+        svg.box(sx, sy, bw, bh, _FILL["sm"], [f"{sm.hostname} (SM {sm.priority})",
+                                               f"{sm.switch}:{sm.port}"])
         svg.line(sx, sy + bh // 2, x, ytop, color="#999")
     legend_y = y + bh + 24
     for r in range(plan.spec.rails_per_node):

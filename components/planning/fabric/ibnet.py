@@ -45,9 +45,10 @@ def render_topology_net(plan: FabricPlan, rate: str = "4xHDR") -> str:
             pg = G.to_int(r.port_guid)
             ca[f"{n.hostname}/{r.hca}"] = (_nid("H", pg - 1), f"{pg:x}",
                                            hca_desc(n.hostname, r.hca))
-    for s in plan.sm:
-        pg = G.to_int(s.port_guid)
-        ca[f"{s.hostname}/{s.hca}"] = (_nid("H", pg - 1), f"{pg:x}", hca_desc(s.hostname, s.hca))
+    for sm in plan.sm:
+        pg = G.to_int(sm.port_guid)
+        ca[f"{sm.hostname}/{sm.hca}"] = (_nid("H", pg - 1), f"{pg:x}",
+                                         hca_desc(sm.hostname, sm.hca))
 
     sw_ports: dict[str, list[tuple[int, str]]] = {s.name: [] for s in plan.switches}
     ca_line: dict[str, str] = {}
@@ -62,10 +63,10 @@ def render_topology_net(plan: FabricPlan, rate: str = "4xHDR") -> str:
                          f'"{sw_desc[a.device]}" lid 0 {rate}'))
         else:
             key = f"{b.device}/{b.hca}"
-            nid, pg, desc = ca[key]
+            nid, port_guid, desc = ca[key]
             sw_ports[a.device].append(
-                (a.port, f'[{a.port}]\t"{nid}"[1]({pg})\t\t# "{desc}" lid 0 {rate}'))
-            ca_line[key] = (f'[1]({pg})\t"{sw_id[a.device]}"[{a.port}]\t\t# lid 0 lmc 0 '
+                (a.port, f'[{a.port}]\t"{nid}"[1]({port_guid})\t\t# "{desc}" lid 0 {rate}'))
+            ca_line[key] = (f'[1]({port_guid})\t"{sw_id[a.device]}"[{a.port}]\t\t# lid 0 lmc 0 '
                             f'"{sw_desc[a.device]}" lid 0 {rate}')
 
     out = [
@@ -85,8 +86,8 @@ def render_topology_net(plan: FabricPlan, rate: str = "4xHDR") -> str:
         out.extend([f"vendid={VENDID}", f"devid={HCA_DEVID}", f"sysimgguid=0x{node:016x}",
                     f"caguid=0x{node:016x}", f'Ca\t1 "{nid}"\t\t# "{desc}"', ca_line[key], ""])
 
-    for s in plan.sm:
-        ca_record(f"{s.hostname}/{s.hca}")
+    for sm in plan.sm:
+        ca_record(f"{sm.hostname}/{sm.hca}")
     for s in sorted(plan.switches, key=lambda s: (-s.tier, s.name)):
         nid = sw_id[s.name]
         out.extend([f"vendid={VENDID}", f"devid={SWITCH_DEVID}", f"sysimgguid={s.guid}",

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from components.planning import port_descriptions
+
 Role = Literal["leaf", "spine", "core"]
 Media = Literal["dac", "optical"]
 LengthClass = Literal["in-rack", "cross-rack"]
@@ -154,11 +156,7 @@ class Endpoint:
         return self.hca is None
 
     def label(self) -> str:
-        if self.hca is None:
-            return f"{self.device} port {self.port}"
-        if self.rail is None:
-            return f"{self.device} {self.hca}"
-        return f"{self.device} rail {self.rail} ({self.hca})"
+        return port_descriptions.peer(self.device, self.port, self.rail, self.hca)
 
 
 @dataclass(frozen=True, slots=True)

@@ -342,76 +342,143 @@ def plan_fabric(
     """Plan switches, cables, rail placement, BOM and GUIDs. Pure and deterministic."""
     spec = spec or FabricSpec()
     _validate(nodes, sm_hosts, spec)
-    half, radix = spec.half, spec.radix
     nodes = sorted(nodes, key=lambda n: (n.su, n.slot))
     sms = sorted(sm_hosts, key=lambda s: (-s.priority, s.hostname))
     warnings: list[str] = []
 
     leaves, leaf_of, g_of = _build_leaves(nodes, spec, bool(sms))
-    tiers = spec.tiers or (2 if len(leaves) <= radix else 3)
-    if tiers == 2 and len(leaves) > radix:
+    tiers = _tiers(spec, len(leaves))
+    w = _wire_switches(spec, leaves, tiers)
+    hca_cables = _cable_hcas(nodes, leaf_of, w)
+    sm_ports, sm_cables = _cable_sms(sms, leaves, w, spec.half)
+
+    guids = _assign_guids(nodes, sms, [lf.name for lf in leaves] + [s[0] for s in w.switches],
+                          spec, warnings)
+    switches = _switches(leaves, w, guids, spec)
+    rack_of = {s.name: s.rack for s in switches}
+    rack_of.update({n.hostname: n.rack for n in nodes})
+    rack_of.update({s.hostname: s.rack for s in sms})
+    cables = _cables(hca_cables + sm_cables + w.cables, rack_of)
+
+    placements = _node_placements(nodes, leaf_of, guids)
+    sm_out = tuple(SmPlacement(s.hostname, s.priority, sw, port, *guids.sm[s.hostname], s.hca)
+                   for s, (sw, port) in zip(sms, sm_ports, strict=True))
+
+    bom = build_bom(switches, cables, spec)
+    return FabricPlan(
+        spec=spec, tiers=tiers, rails_per_leaf=MappingProxyType(dict(g_of)),
+        switches=tuple(switches), cables=cables, nodes=placements, sm=sm_out, bom=bom,
+        hca_ports=len(hca_cables),
+        bisection_tbps=_bisection_tbps(len(hca_cables), w, tiers, spec),
+        oversubscription=round(_oversubscription(leaves, w, tiers, spec.half), 4),
+        placeholders=guids.summary, warnings=tuple(warnings),
+    )
+
+
+_CableSpec = tuple[Endpoint, Endpoint, CableKind]
+
+
+def _tiers(spec: FabricSpec, n_leaves: int) -> int:
+    """Tree depth: `fabric.tiers` if set, else two tiers while one spine layer can take every
+    leaf (at most radix leaves), three beyond."""
+    radix = spec.radix
+    tiers = spec.tiers or (2 if n_leaves <= radix else 3)
+    if tiers == 2 and n_leaves > radix:
         raise PlanError("fabric.tiers", tiers,
-                        f"{len(leaves)} leaves exceed a two-tier tree of radix {radix} "
+                        f"{n_leaves} leaves exceed a two-tier tree of radix {radix} "
                         f"(at most {radix} leaves)", "remove fabric.tiers to add a core tier")
+    return tiers
+
+
+def _wire_switches(spec: FabricSpec, leaves: list[_Leaf], tiers: int) -> _Wiring:
+    """The switch-to-switch cables above the leaves: leaf-spine, plus spine-core in three tiers."""
     w = _Wiring(spec)
     if tiers == 2:
         w.two_tier(leaves)
     else:
         w.three_tier(leaves)
+    return w
 
-    def leaf_port(n: FabricNode, rail: int) -> tuple[_Leaf, int]:
-        leaf = leaf_of[(n.su, rail)]
-        return leaf, 1 + (rail % leaf.g) * leaf.span + n.slot
 
-    hca_cables: list[tuple[Endpoint, Endpoint, CableKind]] = []
+def _leaf_port(leaf_of: dict[tuple[int, int], _Leaf], n: FabricNode,
+               rail: int) -> tuple[_Leaf, int]:
+    """The leaf and down port of a node's rail: its rail's block of the leaf, at its slot."""
+    leaf = leaf_of[(n.su, rail)]
+    return leaf, 1 + (rail % leaf.g) * leaf.span + n.slot
+
+
+def _cable_hcas(nodes: Sequence[FabricNode], leaf_of: dict[tuple[int, int], _Leaf],
+                w: _Wiring) -> list[_CableSpec]:
+    """One cable per node rail to its leaf port, claiming the port on the leaf."""
+    hca_cables: list[_CableSpec] = []
     for n in nodes:
         for hp in sorted(n.ports, key=lambda x: x.rail):
-            leaf, port = leaf_port(n, hp.rail)
+            leaf, port = _leaf_port(leaf_of, n, hp.rail)
             w.use(leaf.name, port)
             leaf.used_down.add(port)
             hca_cables.append((Endpoint(leaf.name, port), Endpoint(n.hostname, 1, hp.rail,
                                                                     hp.hca), "hca"))
+    return hca_cables
 
+
+def _cable_sms(sms: Sequence[SmHost], leaves: list[_Leaf], w: _Wiring, half: int
+               ) -> tuple[list[tuple[str, int]], list[_CableSpec]]:
+    """Place the subnet-manager hosts on first-SU leaf ports (see _place_sm) and cable them;
+    their ports count as used leaf down ports."""
     sm_ports = _place_sm(sms, leaves, w.used, half)
-    sm_cables: list[tuple[Endpoint, Endpoint, CableKind]] = [
+    sm_cables: list[_CableSpec] = [
         (Endpoint(sw, port), Endpoint(s.hostname, 1, None, s.hca), "sm")
         for s, (sw, port) in zip(sms, sm_ports, strict=True)]
     leaf_by_name = {leaf.name: leaf for leaf in leaves}
     for sw, port in sm_ports:
         if sw in leaf_by_name:
             leaf_by_name[sw].used_down.add(port)
+    return sm_ports, sm_cables
 
-    guids = _assign_guids(nodes, sms, [lf.name for lf in leaves] + [s[0] for s in w.switches],
-                          spec, warnings)
+
+def _switches(leaves: list[_Leaf], w: _Wiring, guids: _Guids, spec: FabricSpec) -> list[Switch]:
+    """Every switch with its rack and GUID: the leaves, then spines and cores as wired."""
     rack = _rack_resolver(spec)
+    radix = spec.radix
     switches = [Switch(lf.name, "leaf", 1, rack(lf.name), *guids.switch[lf.name],
                        spec.switch_model, radix, lf.su, lf.rails, lf.pod) for lf in leaves]
     switches += [Switch(name, role, tier, rack(name), *guids.switch[name],  # type: ignore[arg-type]
                         spec.switch_model, radix, pod=pod)
                  for name, role, tier, pod in w.switches]
-    rack_of = {s.name: s.rack for s in switches}
-    rack_of.update({n.hostname: n.rack for n in nodes})
-    rack_of.update({s.hostname: s.rack for s in sms})
+    return switches
 
-    ordered = hca_cables + sm_cables + w.cables
+
+def _cables(ordered: list[_CableSpec], rack_of: dict[str, str]) -> tuple[Cable, ...]:
+    """The cables with their racks, media (by assign_media) and in-rack/cross-rack reach."""
     media = assign_media([(a, b, rack_of[a.device], rack_of[b.device]) for a, b, _ in ordered])
-    cables = tuple(
+    return tuple(
         Cable(a, b, kind, rack_of[a.device], rack_of[b.device], m,
               "in-rack" if rack_of[a.device] == rack_of[b.device] else "cross-rack")
         for (a, b, kind), m in zip(ordered, media, strict=True))
 
-    placements = tuple(
+
+def _node_placements(nodes: Sequence[FabricNode], leaf_of: dict[tuple[int, int], _Leaf],
+                     guids: _Guids) -> tuple[NodePlacement, ...]:
+    """Where each node sits (SU, slot, pod) and each of its rails lands (leaf, port, GUID)."""
+    return tuple(
         NodePlacement(n.hostname, n.su, n.slot, n.rack, leaf_of[(n.su, 0)].pod, tuple(
-            RailPlacement(hp.rail, hp.hca, leaf_port(n, hp.rail)[0].name,
-                          leaf_port(n, hp.rail)[1], *guids.hca[(n.hostname, hp.rail)])
+            RailPlacement(hp.rail, hp.hca, _leaf_port(leaf_of, n, hp.rail)[0].name,
+                          _leaf_port(leaf_of, n, hp.rail)[1], *guids.hca[(n.hostname, hp.rail)])
             for hp in sorted(n.ports, key=lambda x: x.rail)))
         for n in nodes)
-    sm_out = tuple(SmPlacement(s.hostname, s.priority, sw, port, *guids.sm[s.hostname], s.hca)
-                   for s, (sw, port) in zip(sms, sm_ports, strict=True))
 
+
+def _bisection_tbps(hca_ports: int, w: _Wiring, tiers: int, spec: FabricSpec) -> float:
+    """Bisection bandwidth in Tb/s."""
     # Bisection: the narrowest tier cut (hosts, leaf uplinks, spine uplinks), halved.
-    cuts = [len(hca_cables)] + [sum(1 for c in w.cables if c[2] == k)
-                                for k in ("leaf-spine", "spine-core")[: tiers - 1]]
+    cuts = [hca_ports] + [sum(1 for c in w.cables if c[2] == k)
+                          for k in ("leaf-spine", "spine-core")[: tiers - 1]]
+    return min(cuts) * spec.link_gbps / 2 / 1000
+
+
+def _oversubscription(leaves: list[_Leaf], w: _Wiring, tiers: int, half: int) -> float:
+    """The fullest switch's used down ports over its `half` uplinks (leaves, and in three
+    tiers the spines); at most 1.0 in a non-blocking tree."""
     over = max([len(lf.used_down) / half for lf in leaves] + [0.0])
     if tiers == 3:  # spines: used down ports vs their half up
         down: dict[str, int] = {}
@@ -419,15 +486,7 @@ def plan_fabric(
             if kind == "leaf-spine":
                 down[b.device] = down.get(b.device, 0) + 1
         over = max([over] + [v / half for v in down.values()])
-
-    bom = build_bom(switches, cables, spec)
-    return FabricPlan(
-        spec=spec, tiers=tiers, rails_per_leaf=MappingProxyType(dict(g_of)),
-        switches=tuple(switches), cables=cables, nodes=placements, sm=sm_out, bom=bom,
-        hca_ports=len(hca_cables), bisection_tbps=min(cuts) * spec.link_gbps / 2 / 1000,
-        oversubscription=round(over, 4), placeholders=guids.summary,
-        warnings=tuple(warnings),
-    )
+    return over
 
 
 def _place_sm(

@@ -112,25 +112,77 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
     "4xNDR") also reports links that trained at another width/speed."""
     names = names or {}
     exp, dis = _Side(expected), _Side(discovered)
-    for nid in expected.nodes:
+    match = _match_nodes(exp, dis)
+    label = _labeler(expected, match.by_ident, names)
+    e_links, d_links = _ends(exp, expected), _ends(dis, discovered)
+    findings: list[Finding] = []
+
+    missing_nodes = sorted(set(expected.nodes) - match.matched, key=lambda n: exp.ident[n])
+    missing_idents = {exp.ident[n] for n in missing_nodes}
+    findings += _missing_node_findings(missing_nodes, exp, expected, e_links, label)
+    findings += _guid_findings(match.replaced, exp, dis, label)
+    findings += _unexpected_node_findings(match.unexpected, dis)
+    findings += _discovered_cable_findings(e_links, d_links, expected, dis, match.by_ident,
+                                           label, rate)
+    findings += _missing_cable_findings(e_links, d_links, missing_idents, expected,
+                                        match.by_ident, label)
+
+    findings.sort(key=lambda f: (_ORDER[f.kind], _natural(f.where), _natural(f.found)))
+    return Report(tuple(findings), len(e_links) // 2, len(d_links) // 2, len(expected.nodes),
+                  len(discovered.nodes))
+
+
+Labeler = Callable[..., str]
+
+
+@dataclass(frozen=True)
+class _Match:
+    """How the discovered nodes map onto the planned ones (the identities are on the sides)."""
+    by_ident: dict[str, str]  # planned identity -> planned nodeid
+    matched: set[str]  # planned nodeids found in the fabric
+    unexpected: list[str]  # discovered nodeids the plan does not have
+    replaced: list[tuple[str, str]]  # (planned nodeid, discovered nodeid): a new GUID
+
+
+def _match_nodes(exp: _Side, dis: _Side) -> _Match:
+    """Give every planned node its natural identity, and every discovered node the identity of
+    the planned node it is (by GUID, else by description) or an unplanned `?` one."""
+    for nid in exp.topo.nodes:
         exp.ident[nid] = exp.natural(nid)
-    by_guid = {exp.key_guid(nid): nid for nid in expected.nodes}
     by_ident = {ident: nid for nid, ident in exp.ident.items()}
     matched: set[str] = set()
+    unmatched = _match_by_guid(exp, dis, matched)
+    unexpected, replaced = _match_by_description(unmatched, exp, dis, by_ident, matched)
+    return _Match(by_ident, matched, unexpected, replaced)
+
+
+def _match_by_guid(exp: _Side, dis: _Side, matched: set[str]) -> list[str]:
+    """Match discovered nodes to planned ones by switch node GUID / HCA port GUID, adding the
+    planned nodeids to `matched`; returns the discovered nodeids left over."""
+    by_guid = {exp.key_guid(nid): nid for nid in exp.topo.nodes}
     unmatched: list[str] = []
-    for nid in sorted(discovered.nodes):  # GUID first
+    for nid in sorted(dis.topo.nodes):  # GUID first
         hit = by_guid.get(dis.key_guid(nid))
         if hit is not None and hit not in matched:
             dis.ident[nid] = exp.ident[hit]
             matched.add(hit)
         else:
             unmatched.append(nid)
+    return unmatched
+
+
+def _match_by_description(unmatched: list[str], exp: _Side, dis: _Side,
+                          by_ident: Mapping[str, str], matched: set[str]
+                          ) -> tuple[list[str], list[tuple[str, str]]]:
+    """Match the rest by node description (switch name, "host hca") and kind, so placeholder
+    GUIDs still match; returns the unexpected discovered nodeids, and the (planned, discovered)
+    pairs whose planned GUID was a real one that differs (a replaced HCA or switch)."""
     unexpected: list[str] = []
     replaced: list[tuple[str, str]] = []  # (planned nodeid, discovered nodeid): a new GUID
     for nid in unmatched:  # then the node description, for placeholder GUIDs
         hit = by_ident.get(dis.natural(nid))
         if (hit is not None and hit not in matched
-                and expected.nodes[hit].kind == discovered.nodes[nid].kind):
+                and exp.topo.nodes[hit].kind == dis.topo.nodes[nid].kind):
             dis.ident[nid] = exp.ident[hit]
             matched.add(hit)
             if not is_placeholder(exp.key_guid(hit)):
@@ -138,6 +190,19 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
         else:
             dis.ident[nid] = f"?{dis.natural(nid)} [{dis.key_guid(nid)}]"
             unexpected.append(nid)
+    return unexpected, replaced
+
+
+def _ends(side: _Side, topo: Topology) -> dict[End, End]:
+    """The topology's links (both directions) as (identity, port) ends."""
+    return {(side.ident[a[0]], a[1]): (side.ident[b[0]], b[1])
+            for a, b in topo.links.items()}
+
+
+def _labeler(expected: Topology, by_ident: Mapping[str, str],
+             names: Mapping[str, str]) -> Labeler:
+    """How findings name an end: a planned HCA as "host rail N (hca)" from the node-name-map,
+    an unplanned node's port as such (when a side is given), anything else "name port N"."""
 
     def label(ident: str, port: int, side: _Side | None = None) -> str:
         nid = by_ident.get(ident)
@@ -152,23 +217,26 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
             return f"unplanned {ident[1:]} port {port}"
         return f"{ident} port {port}"
 
-    def ends(side: _Side, topo: Topology) -> dict[End, End]:
-        return {(side.ident[a[0]], a[1]): (side.ident[b[0]], b[1])
-                for a, b in topo.links.items()}
+    return label
 
-    e_links, d_links = ends(exp, expected), ends(dis, discovered)
+
+def _unexpected_node_findings(unexpected: list[str], dis: _Side) -> list[Finding]:
+    """Discovered nodes the plan does not have, by description and GUID."""
+    out: list[Finding] = []
+    for nid in unexpected:
+        node = dis.topo.nodes[nid]
+        out.append(Finding("UNEXPECTED_NODE", f"{dis.natural(nid)} [{dis.key_guid(nid)}]",
+                           "not in the plan", f"{node.kind} '{node.desc}'"))
+    return out
+
+
+def _discovered_cable_findings(e_links: Mapping[End, End], d_links: Mapping[End, End],
+                               expected: Topology, dis: _Side, by_ident: Mapping[str, str],
+                               label: Labeler, rate: str | None) -> list[Finding]:
+    """Each discovered cable once: a planned one only when it trained at another rate than
+    `rate`, any other as MISWIRE or EXTRA_CABLE, named from the end to walk to first."""
     dis_nid = {ident: nid for nid, ident in dis.ident.items()}
     findings: list[Finding] = []
-
-    missing_nodes = sorted(set(expected.nodes) - matched, key=lambda n: exp.ident[n])
-    missing_idents = {exp.ident[n] for n in missing_nodes}
-    findings += _missing_node_findings(missing_nodes, exp, expected, e_links, label)
-    findings += _guid_findings(replaced, exp, dis, label)
-    for nid in unexpected:
-        node = discovered.nodes[nid]
-        findings.append(Finding("UNEXPECTED_NODE", f"{dis.natural(nid)} [{dis.key_guid(nid)}]",
-                                "not in the plan", f"{node.kind} '{node.desc}'"))
-
     seen: set[tuple[End, End]] = set()
     for x, y in sorted(d_links.items()):
         pair = (x, y) if x <= y else (y, x)
@@ -177,7 +245,7 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
         seen.add(pair)
         if e_links.get(x) == y:
             if rate:
-                got = {discovered.rates.get((dis_nid[e[0]], e[1])) for e in (x, y)} - {None}
+                got = _link_rates(x, y, dis, dis_nid)
                 if got - {rate}:
                     findings.append(Finding("RATE", _where(x, y, expected, by_ident, label),
                                             rate, "/".join(sorted(got))))
@@ -185,19 +253,38 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
         where = _where(x, y, expected, by_ident, label)
         if not where.startswith(f"{x[0]} port {x[1]}"):
             x, y = y, x  # the end to walk to first
-        px, py = e_links.get(x), e_links.get(y)
-        if px is None and py is None:
-            findings.append(Finding("EXTRA_CABLE", where, "no cable on these ports",
-                                    f"{label(*x, dis)} <-> {label(*y, dis)}"))
-            continue
-        plan_txt = "; ".join(
-            f"{label(*e)} <-> {label(*p)}" for e, p in ((x, px), (y, py)) if p is not None)
-        plan_txt += "".join(f"; {label(*e, dis)} unused" for e, p in ((x, px), (y, py))
-                            if p is None)
-        findings.append(Finding("MISWIRE", where, plan_txt,
-                                f"{label(*x, dis)} <-> {label(*y, dis)}"))
+        findings.append(_unplanned_cable_finding(x, y, where, e_links, dis, label))
+    return findings
 
-    seen.clear()
+
+def _link_rates(x: End, y: End, dis: _Side, dis_nid: Mapping[str, str]) -> set[str]:
+    """The rates (e.g. "4xNDR") the two ends of a discovered cable report, where known."""
+    return {r for e in (x, y)
+            if (r := dis.topo.rates.get((dis_nid[e[0]], e[1]))) is not None}
+
+
+def _unplanned_cable_finding(x: End, y: End, where: str, e_links: Mapping[End, End],
+                             dis: _Side, label: Labeler) -> Finding:
+    """A discovered cable the plan lacks: EXTRA_CABLE when the plan leaves both its ports
+    empty, else MISWIRE with what the plan puts on each port (or that it leaves it unused)."""
+    px, py = e_links.get(x), e_links.get(y)
+    if px is None and py is None:
+        return Finding("EXTRA_CABLE", where, "no cable on these ports",
+                       f"{label(*x, dis)} <-> {label(*y, dis)}")
+    plan_txt = "; ".join(
+        f"{label(*e)} <-> {label(*p)}" for e, p in ((x, px), (y, py)) if p is not None)
+    plan_txt += "".join(f"; {label(*e, dis)} unused" for e, p in ((x, px), (y, py))
+                        if p is None)
+    return Finding("MISWIRE", where, plan_txt, f"{label(*x, dis)} <-> {label(*y, dis)}")
+
+
+def _missing_cable_findings(e_links: Mapping[End, End], d_links: Mapping[End, End],
+                            missing_idents: set[str], expected: Topology,
+                            by_ident: Mapping[str, str], label: Labeler) -> list[Finding]:
+    """Planned cables not discovered, except those already reported with a missing node or
+    (a port in use elsewhere) as MISWIRE."""
+    findings: list[Finding] = []
+    seen: set[tuple[End, End]] = set()
     for x, y in sorted(e_links.items()):
         pair = (x, y) if x <= y else (y, x)
         if pair in seen or d_links.get(x) == y:
@@ -209,13 +296,7 @@ def compare(expected: Topology, discovered: Topology, names: Mapping[str, str] |
             continue  # a port of this cable is in use elsewhere: reported as MISWIRE
         findings.append(Finding("MISSING_CABLE", _where(x, y, expected, by_ident, label),
                                 f"{label(*x)} <-> {label(*y)}", "no link"))
-
-    findings.sort(key=lambda f: (_ORDER[f.kind], _natural(f.where), _natural(f.found)))
-    return Report(tuple(findings), len(e_links) // 2, len(d_links) // 2, len(expected.nodes),
-                  len(discovered.nodes))
-
-
-Labeler = Callable[..., str]
+    return findings
 
 
 def _where(x: End, y: End, expected: Topology, by_ident: Mapping[str, str],

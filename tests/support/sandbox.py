@@ -31,6 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.project import REPO
+
 STUB_BIN = "/stub/bin"
 STUB_STATE = "/stub/state"
 SANDBOX_PATH = f"{STUB_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -1373,7 +1375,6 @@ def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = (
 
 
 # --- the prod stack's scripts, rendered the way components/blueprint.py renders them ----------
-REPO = Path(__file__).resolve().parent.parent
 
 
 @functools.cache
@@ -1382,10 +1383,10 @@ def _prod_macs() -> dict[str, str]:
     return {n.hostname: n.management_mac for n in prod_cluster().nodes if n.management_mac}
 
 
-def prod_cluster():  # noqa: ANN201 - components.config.Cluster, imported lazily
+def prod_cluster():
     import yaml
 
-    from components.config import validate_cluster
+    from components.stack_config import validate_cluster
 
     raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
     return validate_cluster(raw["gpu-cluster:cluster"], REPO)
@@ -1393,9 +1394,17 @@ def prod_cluster():  # noqa: ANN201 - components.config.Cluster, imported lazily
 
 def prod_scripts() -> dict[str, str]:
     """`<host>/<name>.sh` -> text: every script `offline preview` writes under scripts/."""
-    from components.config import CLUSTER_KEY
-    from components.fabric import sm_apply_script
-    from components.planning import host_scripts, kubeadm, reboot, ssh_keys, upgrade
+    from components.config_types import CLUSTER_KEY
+    from components.planning import (
+        acceptance,
+        host_scripts,
+        inference,
+        kubeadm,
+        reboot,
+        ssh_keys,
+        upgrade,
+    )
+    from components.planning.subnet_manager import sm_apply_script
 
     cluster = prod_cluster()
     scripts = {f"{h.hostname}/prepare-host.sh": host_scripts.prepare_host(cluster, h, CLUSTER_KEY)
@@ -1432,12 +1441,11 @@ def prod_scripts() -> dict[str, str]:
         scripts |= {f"{h}/kubernetes-upgrade/1-drain.sh": upgrade.drain_script(cluster, h, (h,)),
                     f"{h}/kubernetes-upgrade/2-node.sh": upgrade.node_script(cluster, h),
                     f"{h}/kubernetes-upgrade/3-uncordon.sh": upgrade.uncordon_script(cluster, h)}
-    from components.planning import workloads
 
     for svc in cluster.workloads.inference:
-        scripts[f"{init_host.hostname}/{svc.name}-api-key.sh"] = workloads.api_key_script(svc)
+        scripts[f"{init_host.hostname}/{svc.name}-api-key.sh"] = inference.api_key_script(svc)
     if cluster.workloads.nccl_test is not None:
-        scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = workloads.nccl_gate_script(
+        scripts[f"{init_host.hostname}/nccl-acceptance.sh"] = acceptance.nccl_gate_script(
             cluster, cluster.workloads.nccl_test)
     return dict(sorted(scripts.items()))
 
@@ -1445,9 +1453,9 @@ def prod_scripts() -> dict[str, str]:
 def sm_setups() -> dict[str, tuple[dict[str, str], str, bool]]:
     """SM host -> (the files apply-opensm.sh installs (absolute path -> text), its HCA,
     whether it is the master), as blueprint.py renders them."""
-    from components.fabric import sm_host_files, sm_restart_order
     from components.planning import placement
     from components.planning.fabric.render import render_fabric_files
+    from components.planning.subnet_manager import sm_host_files, sm_restart_order
 
     plan = placement.plan(prod_cluster())
     fabric_files = render_fabric_files(plan)

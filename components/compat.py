@@ -1,7 +1,8 @@
-"""Component version compatibility, as data, checked when the config is validated.
+"""Component version compatibility, checked when the config is validated.
 
-The release tables are the policy pack's (policies/gpu_guardrails/compat_data.py): one entry
-there per operator release, each citing its source; the rules here read them.
+Every table is the policy pack's (policies/gpu_guardrails/compat_data.py): one entry there per
+release, each citing its source; the checks here and the pack's rules read the same entries, so
+a new release is one edit.
 """
 
 from __future__ import annotations
@@ -9,18 +10,22 @@ from __future__ import annotations
 import importlib.util
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+
+from components.config import Cluster
+from components.config_types import Problem
+
+DATA_FILE = "policies/gpu_guardrails/compat_data.py"
 
 
 def _pack_data() -> ModuleType:
-    """The pack's release table (policies/gpu_guardrails/compat_data.py), loaded by path: the
-    pack owns it and never imports the stack, the stack reads the same entries."""
-    path = Path(__file__).resolve().parents[2] / "policies/gpu_guardrails/compat_data.py"
+    """The pack's release tables, loaded by path: the pack owns them (the CLI runs it from
+    policies/ alone) and never imports the stack; the stack reads the same entries."""
+    path = Path(__file__).resolve().parents[1] / DATA_FILE
     spec = importlib.util.spec_from_file_location("gpu_guardrails_compat_data", path)
-    assert spec is not None and spec.loader is not None, path
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the compatibility tables from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,25 +37,10 @@ NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.NETWORK_OPERATOR_K8S
 GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.GPU_OPERATOR_K8S
 RDMA_INCOMPATIBLE: dict[tuple[str, str], str] = DATA.RDMA_INCOMPATIBLE
 VOLCANO_HYPERNODE: tuple[str, ...] = DATA.VOLCANO_HYPERNODE
-
-# Kubeflow Training Operator: the v1 API (PyTorchJob, MPIJob kubeflow.org/v1) and the
-# --gang-scheduler-name flag the platform sets live on the release-1.9 branch only; master is
-# Trainer v2 (TrainJob). platform/training-operator/kustomization.yaml pins the same ref.
-TRAINING_OPERATOR_SERIES = "v1.9."
-# Release -> the commit its tag points to: the kustomization fetches the upstream overlay by
-# this commit, never by the tag (a tag can be moved). Source: the Go module proxy,
-# https://proxy.golang.org/github.com/kubeflow/training-operator/@v/<release>.info, whose
-# Origin.Hash is the commit of Origin.Ref refs/tags/<release>. A release needs its entry here.
-TRAINING_OPERATOR_COMMITS: dict[str, str] = {
-    "v1.9.4": "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
-}
-
-# Calico (tigera-operator) minor series -> Kubernetes minor versions it is tested with
-# (Calico's per-release system requirements).
-CALICO_K8S: dict[str, tuple[int, int]] = {
-    "v3.30": (31, 33),
-    "v3.31": (32, 35),
-}
+TRAINING_OPERATOR_SERIES: str = DATA.TRAINING_OPERATOR_SERIES
+TRAINING_OPERATOR_COMMITS: dict[str, str] = DATA.TRAINING_OPERATOR_COMMITS
+CALICO_K8S: dict[str, tuple[int, int]] = DATA.CALICO_K8S
+VLLM_FLOOR: tuple[int, int, int] = DATA.VLLM_FLOOR
 
 
 def training_operator_unpinned(version: str) -> str:
@@ -60,16 +50,8 @@ def training_operator_unpinned(version: str) -> str:
 
 def training_operator_pin_fix(version: str) -> str:
     return (f'add "{version}": "<commit>" to TRAINING_OPERATOR_COMMITS in '
-            "components/planning/compat.py, the Origin.Hash of https://proxy.golang.org/"
+            f"{DATA_FILE}, the Origin.Hash of https://proxy.golang.org/"
             f"github.com/kubeflow/training-operator/@v/{version}.info")
-
-
-@dataclass(frozen=True)
-class _Problem:
-    path: str
-    value: Any
-    message: str
-    fix: str
 
 
 def _minor(version: str) -> int:
@@ -82,17 +64,17 @@ def _semver(version: str) -> tuple[int, ...]:
 
 def _kubernetes_range(k8s: str, path: str, name: str, version: str,
                       supported: tuple[int, int] | None, unknown_fix: str,
-                      verb: str = "supports") -> Iterator[tuple[str, Any, str, str]]:
+                      verb: str = "supports") -> Iterator[Problem]:
     """A component release against the Kubernetes minors its table row allows."""
     if supported is None:
-        yield (path, version, "is not in the compatibility table", unknown_fix)
+        yield Problem(path, version, "is not in the compatibility table", unknown_fix)
     elif not supported[0] <= _minor(k8s) <= supported[1]:
-        yield ("kubernetes.version", k8s,
+        yield Problem("kubernetes.version", k8s,
                f"{name} {version} {verb} Kubernetes 1.{supported[0]}-1.{supported[1]}",
                f"pick a Kubernetes version in that range or another {name} release")
 
 
-def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+def compatibility_problems(cluster: Cluster) -> Iterator[Problem]:
     """Yield (path, value, message, fix) for every incompatible version pair."""
     k8s = cluster.kubernetes.version
     gpu = cluster.platform.gpu_operator.version
@@ -102,30 +84,30 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
         k8s, "platform.networkOperator.version", "Network Operator", net,
         NETWORK_OPERATOR_K8S.get(net.lstrip("v")), "use one of "
         + ", ".join(sorted(NETWORK_OPERATOR_K8S)) + " or add the release "
-        "to policies/gpu_guardrails/compat_data.py (its Kubernetes range and images)")
+        f"to {DATA_FILE} (its Kubernetes range and images)")
     yield from _kubernetes_range(
         k8s, "platform.gpuOperator.version", "GPU Operator", gpu, GPU_OPERATOR_K8S.get(gpu),
-        "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S)) + " or add the release to "
-        "policies/gpu_guardrails/compat_data.py")
+        "use one of " + ", ".join(sorted(GPU_OPERATOR_K8S))
+        + f" or add the release to {DATA_FILE}")
 
     reason = RDMA_INCOMPATIBLE.get((gpu, net.lstrip("v")))
     if reason and cluster.platform.gpu_operator.gpudirect_rdma:
-        yield ("platform.networkOperator.version", net,
+        yield Problem("platform.networkOperator.version", net,
                f"incompatible with platform.gpuOperator.version {gpu}: {reason}",
                "upgrade the Network Operator (26.4.1 or later) or change the GPU Operator")
 
     p = cluster.platform
     if p.cni != "calico":
-        yield ("platform.cni", p.cni, "has no chart settings in this stack (only calico is "
+        yield Problem("platform.cni", p.cni, "has no chart settings in this stack (only calico is "
                "rendered)", "set platform.cni: calico")
 
     to = p.training_operator.version
     if not to.startswith(TRAINING_OPERATOR_SERIES):
-        yield ("platform.trainingOperator.version", to,
+        yield Problem("platform.trainingOperator.version", to,
                "is not a Training Operator v1.9.x release (the PyTorchJob/MPIJob v1 API and "
                "--gang-scheduler-name)", "use v1.9.4")
     elif to not in TRAINING_OPERATOR_COMMITS:
-        yield ("platform.trainingOperator.version", to, training_operator_unpinned(to),
+        yield Problem("platform.trainingOperator.version", to, training_operator_unpinned(to),
                training_operator_pin_fix(to))
 
     yield from _lnet_problems(cluster)
@@ -135,28 +117,25 @@ def compatibility_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
     yield from _kubernetes_range(
         k8s, "platform.calico.version", "Calico", calico,
         CALICO_K8S.get(".".join(calico.split(".")[:2])),
-        "use one of the series " + ", ".join(sorted(CALICO_K8S)) + " or add it to "
-        "components/planning/compat.py with its Kubernetes range", verb="is tested with")
+        "use one of the series " + ", ".join(sorted(CALICO_K8S)) + f" or add it to {DATA_FILE} "
+        "with its Kubernetes range", verb="is tested with")
 
     vol = cluster.platform.volcano.version
     if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):
-        yield ("platform.volcano.version", vol,
+        yield Problem("platform.volcano.version", vol,
                "predates HyperNode network-topology scheduling (Volcano 1.12)",
                "use Volcano 1.12.0 or later (1.15.1 is tested)")
 
 
-# vLLM's OpenAI server: releases before this one have published security advisories the
-# stack's API exposure must not carry (vLLM's GitHub security advisories, fixed in 0.11.1).
-VLLM_FLOOR = (0, 11, 1)
 _VLLM_TAG = re.compile(r"(?:^|/)vllm-openai:v(\d+)\.(\d+)\.(\d+)")
 
 
-def _vllm_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+def _vllm_problems(cluster: Cluster) -> Iterator[Problem]:
     for i, svc in enumerate(cluster.workloads.inference):
         m = _VLLM_TAG.search(svc.image)
         if m and tuple(int(g) for g in m.groups()) < VLLM_FLOOR:
             floor = ".".join(map(str, VLLM_FLOOR))
-            yield (f"workloads.inference[{i}].image", svc.image,
+            yield Problem(f"workloads.inference[{i}].image", svc.image,
                    f"is a vLLM release before {floor}, whose OpenAI server has published "
                    "security flaws",
                    f"use vllm/vllm-openai:v{floor} or later")
@@ -166,12 +145,12 @@ def _lnet(net: str) -> str:
     return net if net[-1:].isdigit() else net + "0"  # o2ib is o2ib0
 
 
-def _lnet_problems(cluster: Any) -> Iterator[tuple[str, Any, str, str]]:
+def _lnet_problems(cluster: Cluster) -> Iterator[Problem]:
     """Lustre MGS NIDs must be on the LNet network the hosts configure, or mounts hang."""
     want = cluster.storage.lnet_network
     for i, fs in enumerate(cluster.storage.lustre):
         for nid in fs.mgs_nids:
             if "@" not in nid or _lnet(nid.rpartition("@")[2]) != _lnet(want):
-                yield (f"storage.lustre[{i}].mgsNids", nid,
+                yield Problem(f"storage.lustre[{i}].mgsNids", nid,
                        f"is not a NID on LNet network {want} (storage.lnetNetwork)",
                        f"write it as <address>@{want} or change storage.lnetNetwork")

@@ -1,0 +1,115 @@
+# shellcheck shell=bash disable=SC2153
+#: RAIL_NETDEVS comes from the generated header, as every upper-case name does.
+
+# --- kernel command line: IOMMU pass-through for GPUDirect RDMA peer-to-peer DMA ------------
+# Staged here; the planned reboot that follows host preparation applies it (docs/hosts.md,
+# "Planned reboots"), and the check after it confirms /proc/cmdline.
+mkdir -p /etc/default/grub.d
+grub_file=/etc/default/grub.d/90-gpu-cluster.cfg
+grub_had=0; if [ -f "$grub_file" ]; then grub_had=1; fi
+if write_if_changed "$grub_file" \
+    "GRUB_CMDLINE_LINUX_DEFAULT=\"\$GRUB_CMDLINE_LINUX_DEFAULT $KERNEL_ARGS\""; then
+  mark grub
+  # A missing argument is seen in /proc/cmdline; a changed or dropped one only by the file.
+  if [ "$grub_had" = 1 ]; then mark reboot; fi
+fi
+settle grub update-grub
+
+# --- drivers: host-installed or left to the GPU and Network Operators ------------------------
+if [ "$GPU_DRIVER" = host ] && ! dpkg -s "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" >/dev/null 2>&1; then
+  apt-get install -y "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" nvidia-fabricmanager-"$GPU_DRIVER_BRANCH"
+fi
+if [ "$GPU_DRIVER" = operator ] && [ -d /sys/module/nouveau ]; then
+  log "nouveau is loaded; blacklisting it for the operator-managed driver"
+fi
+if write_if_changed /etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf "$NOUVEAU_BLACKLIST"; then
+  mark initramfs
+  if [ -d /sys/module/nouveau ]; then mark reboot; fi  # it holds the GPUs until the next boot
+fi
+# GPUDirect RDMA: DMA-BUF needs the open kernel modules and nothing else; nvidia-peermem is only
+# loaded when the platform asks for it (legacy MLNX_OFED stacks).
+if [ "$GPUDIRECT_MODE" = peermem ] && [ "$GPU_DRIVER" = host ] && [ ! -d /sys/module/nvidia_peermem ]; then
+  modprobe nvidia-peermem
+fi
+
+# --- rail interfaces: the names the OS gives them (DGX OS: ibp<bus>s<slot>), never renamed -----
+# Renaming into the kernel's ibN namespace races with the kernel at boot (systemd.link(5));
+# the RDMA device plugin, the pods' attachment and LNet use the names configured per rail.
+for legacy in /etc/systemd/network/10-gpu-cluster-ib*.link; do
+  [ -e "$legacy" ] || continue
+  log "removing $legacy (a rename into the kernel's ibN names); the OS's names return at boot"
+  rm -f "$legacy"; mark initramfs; mark reboot; mark rename
+done
+settle initramfs update-initramfs -u  # the blacklist and .link files live in the initramfs too
+read -r -a rail_netdevs <<<"$RAIL_NETDEVS"
+rail=0
+for hca in $RAIL_HCAS; do
+  want="${rail_netdevs[$rail]}"
+  if [ ! -e "/sys/class/infiniband/$hca/device" ]; then
+    echo "rail $rail: HCA $hca not found under /sys/class/infiniband; check the inventory" >&2
+    exit 1
+  fi
+  have=""
+  for dev in /sys/class/infiniband/"$hca"/device/net/*; do
+    [ -e "$dev" ] && have="$have ${dev##*/}"
+  done
+  if [ "${have# }" != "$want" ] && [ ! -e "$STATE/rename.pending" ]; then
+    echo "rail $rail: $hca's IPoIB interface is '${have# }', the stack config says $want" >&2
+    echo "  fix: set gpuNodes netdevs[$rail] to what \`ibdev2netdev\` prints for $hca" >&2
+    exit 1
+  fi
+  rail=$((rail + 1))
+done
+
+# --- Lustre client and LNet over InfiniBand (docs/hosts.md, "Lustre client and LNet") --------
+# The client's DKMS modules build ko2iblnd against the RDMA stack on the host, so the host's
+# DOCA-OFED comes first (the config refuses the Network Operator's driver container, which
+# replaces ib_core at run time).
+if ! ofed_info -s >/dev/null 2>&1; then
+  echo "LNet: no host DOCA-OFED (ofed_info fails); install DOCA-OFED on this host first:" \
+    "the Lustre client's ko2iblnd is built against it" >&2
+  exit 1
+fi
+lustre_pkg() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
+if [ "$(lustre_pkg lustre-client-utils)" != "$LUSTRE_CLIENT_VERSION" ] \
+    || [ "$(lustre_pkg lustre-client-modules-dkms)" != "$LUSTRE_CLIENT_VERSION" ]; then
+  log "installing the Lustre client $LUSTRE_CLIENT_VERSION"
+  apt-get install -y --allow-change-held-packages "lustre-client-utils=$LUSTRE_CLIENT_VERSION" \
+    "lustre-client-modules-dkms=$LUSTRE_CLIENT_VERSION"
+  apt-mark hold lustre-client-utils lustre-client-modules-dkms
+  mark lnet
+fi
+# LNet is configured by `lnetctl import` alone: lnet module options would configure it twice.
+if [ -e /etc/modprobe.d/lustre.conf ]; then rm -f /etc/modprobe.d/lustre.conf; mark lnet; fi
+# The rails' IPoIB addresses (netplan, as DGX OS configures networking), one routing table per
+# rail; a new address re-creates the LNet NIs, whose NIDs are taken from it.
+mkdir -p /etc/netplan
+if write_if_changed /etc/netplan/60-gpu-cluster-lnet.yaml "$LNET_NETPLAN"; then
+  chmod 600 /etc/netplan/60-gpu-cluster-lnet.yaml
+  mark lnet-addresses; mark lnet
+fi
+if write_if_changed /etc/sysctl.d/91-gpu-cluster-lnet.conf "$LNET_SYSCTLS"; then
+  mark lnet-sysctl
+fi
+if write_if_changed /etc/lnet.conf "$LNET_CONF"; then mark lnet; fi
+systemctl is-enabled --quiet lnet || systemctl enable lnet  # imports /etc/lnet.conf at boot
+lnet_apply() {
+  local current
+  modprobe lnet
+  lnetctl lnet configure
+  current="$(lnetctl export 2>/dev/null || true)"
+  if grep -q "net type: $LNET_NET\$" <<<"$current"; then lnetctl net del --net "$LNET_NET"; fi
+  lnetctl import /etc/lnet.conf
+}
+lnet_missing=""
+for ifc in $LNET_IFACES; do
+  [ -e "/sys/class/net/$ifc" ] || lnet_missing="$lnet_missing $ifc"
+done
+if [ -n "$lnet_missing" ]; then
+  log "LNet: no interface$lnet_missing until the planned reboot, whose boot applies the" \
+    "addresses, sysctls and LNet (netplan, sysctl, lnet.service imports /etc/lnet.conf)"
+else
+  settle lnet-addresses netplan apply
+  settle lnet-sysctl sysctl -p /etc/sysctl.d/91-gpu-cluster-lnet.conf
+  settle lnet lnet_apply
+fi

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034
+#: The top of the planned-reboot scripts; the including script reads these variables.
+# @title@ of @node@ — rendered by gpu-cluster; do not edit.
+set -euo pipefail
+export KUBECONFIG=/etc/kubernetes/admin.conf
+NODE=@node@
+LOCK=@lock@

@@ -1,0 +1,12 @@
+# shellcheck shell=bash
+#: Sets reboot_why to what only a boot applies: a kernel argument missing from this boot, or a
+#: change host preparation staged (it marks reboot.pending).
+
+reboot_why=""
+for arg in $KERNEL_ARGS; do
+  case " $(cat /proc/cmdline) " in
+    *" $arg "*) ;;
+    *) reboot_why="$reboot_why kernel-argument:$arg" ;;
+  esac
+done
+if [ -e "$STATE/reboot.pending" ]; then reboot_why="$reboot_why staged-boot-changes"; fi

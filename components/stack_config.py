@@ -1,0 +1,219 @@
+"""The stack's config as the program reads it: the `gpu-cluster:cluster` object validated into
+the model (fields, inventory, cross-field checks, fabric plan), and the `secure:` keys as Pulumi
+secrets, checked without ever being echoed. Only `load_config` needs a Pulumi runtime (it
+imports pulumi itself, so validating a config stays light)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from components.config import INVENTORY, Cluster
+from components.config_checks import semantic_problems
+from components.config_errors import pydantic_problems
+from components.config_types import PROJECT, ConfigError, Problem
+from components.inventory import InventoryError, load_inventory
+from components.planning import placement
+from components.planning.fabric import PlanError
+from components.planning.ssh_keys import fingerprint, key_id, public_key_of
+
+
+def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> Cluster:
+    """Parse and check the `gpu-cluster:cluster` object; raise ConfigError listing every problem.
+
+    Three passes, each reported whole: pydantic field by field, then the inventory file the
+    model names (its facts become part of the model), then the relations between fields
+    (`config_checks`) and the fabric plan."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError([Problem("", raw, "must be a mapping", "see Pulumi.prod.yaml")])
+    try:
+        cluster = Cluster.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(pydantic_problems(err, Cluster)) from None
+    if cluster.inventory_file:
+        try:
+            inventory = load_inventory(project_dir / cluster.inventory_file)
+        except InventoryError as err:
+            # Inventory messages end with their own ". Fix: …": keep the two parts apart.
+            message, _, fix = str(err).partition(" Fix: ")
+            raise ConfigError([Problem("inventoryFile", cluster.inventory_file,
+                                       message.rstrip("."), fix.rstrip(".") or
+                                       "correct the file as described")]) from None
+        cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
+    problems = list(semantic_problems(cluster))
+    if problems:
+        raise ConfigError(problems)
+    # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
+    # error too: planned here, before anything is registered, and kept for the program.
+    try:
+        placement.plan(cluster)
+    except PlanError as err:
+        raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
+    return cluster
+
+
+# Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).
+SECRET_KEYS = ("sshPrivateKey", "bmcPassword", "switchPassword", "fabricMKey", "fabricSmKey",
+               "fabricSaKey")
+# The subnet managers' management keys (opensm `m_key`, `sm_key`, `sa_key`): 64-bit, non-zero,
+# not opensm's default of 1 (every stock opensm would hold it).
+FABRIC_KEYS = SECRET_KEYS[3:]
+
+# Optional per-device passwords (`pulumi config set --secret --path 'switchPasswords.<switch>'`):
+# a device named in the map logs in with its own, every other one with the shared secret.
+DEVICE_PASSWORDS = {"switchPasswords": "switchPassword", "bmcPasswords": "bmcPassword"}
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Pulumi secrets read from `secure:` keys; Outputs, never plain strings."""
+
+    ssh_private_key: Any
+    bmc_password: Any
+    switch_password: Any
+    fabric_m_key: Any
+    fabric_sm_key: Any
+    fabric_sa_key: Any
+    # device name -> its own password (an Output), from switchPasswords / bmcPasswords
+    switch_passwords: Mapping[str, Any] = field(default_factory=dict)
+    bmc_passwords: Mapping[str, Any] = field(default_factory=dict)
+
+    def switch_password_for(self, switch: str) -> Any:
+        return self.switch_passwords.get(switch, self.switch_password)
+
+    def bmc_password_for(self, host: str) -> Any:
+        return self.bmc_passwords.get(host, self.bmc_password)
+
+
+def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
+    """Read the stack's config through Pulumi (the real CLI or the offline mock runtime)."""
+    import pulumi
+
+    conf = pulumi.Config(PROJECT)
+    raw = conf.get_object("cluster")
+    if raw is None:
+        raise ConfigError([Problem("", None, "the stack has no gpu-cluster:cluster key",
+                                   "copy Pulumi.prod.yaml as a starting point")])
+    cluster = validate_cluster(raw, project_dir)
+    missing = [k for k in SECRET_KEYS if conf.get_secret(k) is None]
+    if missing:
+        raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",
+                                   f"pulumi config set --secret {PROJECT}:{k} …")
+                           for k in missing])
+    strict = not pulumi.runtime.is_dry_run()
+    problems = [p for p in (ssh_key_problem(cluster, conf.get("sshPrivateKey") or "", strict),
+                            *fabric_key_problems({k: conf.get(k) or "" for k in FABRIC_KEYS},
+                                                  strict)) if p is not None]
+    if problems:
+        raise ConfigError(problems)
+    devices = {key: _device_names(PROJECT, key) for key in DEVICE_PASSWORDS}
+    problems = _unknown_devices(cluster, devices)
+    if problems:
+        raise ConfigError(problems)
+    per_device = {key: {name: conf.require_secret_object(key).apply(_entry(name))
+                        for name in names} for key, names in devices.items()}
+    secret = {k: conf.require_secret(k) for k in SECRET_KEYS}
+    secrets = Secrets(ssh_private_key=secret["sshPrivateKey"],
+                      bmc_password=secret["bmcPassword"],
+                      switch_password=secret["switchPassword"],
+                      fabric_m_key=secret["fabricMKey"], fabric_sm_key=secret["fabricSmKey"],
+                      fabric_sa_key=secret["fabricSaKey"],
+                      switch_passwords=MappingProxyType(per_device["switchPasswords"]),
+                      bmc_passwords=MappingProxyType(per_device["bmcPasswords"]))
+    return cluster, secrets
+
+
+def _entry(name: str) -> Callable[[Any], Any]:
+    """One device's password from the map a per-device secret holds."""
+    return lambda passwords: passwords[name]
+
+
+def _device_names(project: str, key: str) -> list[str]:
+    """The device names of a per-device password map: its keys are not secret, its values
+    are (read raw, so no value is touched outside a secret Output)."""
+    import pulumi
+
+    raw = pulumi.runtime.get_config(f"{project}:{key}")
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigError([Problem(f"(secret) {project}:{key}", None,
+                                   "must be a map of device name to password (value hidden)",
+                                   f"pulumi config set --secret --path '{key}.<device>' …")])
+    return sorted(value)
+
+
+def _unknown_devices(cluster: Cluster, devices: Mapping[str, list[str]]) -> list[Problem]:
+    """A name that is no device would silently leave that device on the shared password."""
+    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches},
+             "bmcPasswords": {h.hostname for h in cluster.hosts if h.bmc_address is not None}
+             | {n.hostname for n in cluster.nodes if n.bmc_address is not None}}
+    return [Problem(f"(secret) {PROJECT}:{key}.{name}", name,
+                    "names no " + ("switch of the fabric plan" if key == "switchPasswords"
+                                   else "host with a BMC"),
+                    "use a name from " + ("build/<stack>/fabric/switches/"
+                                          if key == "switchPasswords" else "the inventory"))
+            for key, names in devices.items() for name in names if name not in known[key]]
+
+
+def ssh_key_problem(cluster: Cluster, private_key: str, strict: bool) -> Problem | None:
+    """The private key must be the declared public key's other half, so a new CI secret alone
+    never changes the key every command logs in with. A preview without the real secret (a
+    value that is no key at all) is let through; `pulumi up` (strict) never is."""
+    declared = cluster.credentials.ssh_public_key
+    if declared is None:
+        return None
+    public = public_key_of(private_key)
+    path = f"(secret) {PROJECT}:sshPrivateKey"
+    if public is None:
+        if not strict:
+            return None
+        return Problem(path, None, "is not an unencrypted OpenSSH or PEM private key (value "
+                       "hidden)",
+                       f"pulumi config set --secret {PROJECT}:sshPrivateKey < <key file>")
+    if key_id(public) != key_id(declared):
+        return Problem(path, fingerprint(public),
+                       f"is not the key credentials.sshPublicKey names ({fingerprint(declared)})",
+                       "set the secret that belongs to credentials.sshPublicKey, or rotate by "
+                       "the book: authorise the new key in credentials.sshAuthorizedKeys and "
+                       "apply, then change sshPublicKey and the secret together (docs/day2.md)")
+    return None
+
+
+_FABRIC_KEY = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
+
+
+def fabric_key_problems(values: dict[str, str], strict: bool) -> list[Problem]:
+    """Each management key must be a 64-bit hex value opensm reads, neither 0 (no key) nor 1
+    (opensm's default), and the three must differ. Values are never echoed. A preview without
+    the real secrets (values that are no key at all) is let through; `pulumi up` never is."""
+    problems = []
+    fix = "pulumi config set --secret {} 0x$(openssl rand -hex 8)  (and bump " \
+        "credentials.fabricKeysVersion)"
+    for key, value in values.items():
+        if _FABRIC_KEY.match(value):
+            if int(value, 16) in (0, 1):
+                problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
+                                        "is 0 or 1 (no key, or opensm's default; value hidden)",
+                                        fix.format(key)))
+        elif strict:
+            problems.append(Problem(f"(secret) {PROJECT}:{key}", None,
+                                    "is not a 64-bit hex key like 0x1a2b3c4d5e6f7081 (value "
+                                    "hidden)", fix.format(key)))
+    keys = [int(v, 16) for v in values.values() if _FABRIC_KEY.match(v)]
+    if len(keys) == len(values) and len(set(keys)) < len(keys):
+        problems.append(Problem(f"(secret) {PROJECT}:{'/'.join(values)}", None,
+                                "share a value: one leaked key would then open all three",
+                                "give each its own value (openssl rand -hex 8)"))
+    return problems

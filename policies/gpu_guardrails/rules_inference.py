@@ -1,0 +1,153 @@
+"""Inference service rules: probes, disruption budget, autoscaling floor, tensor parallelism and
+TLS on the API.
+
+Props are what the engine passes: camelCase keys, read-only mappings, numbers as floats.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ResourceValidationArgs,
+    StackValidationArgs,
+)
+
+from .common import (
+    config,
+    container_gpus,
+    containers,
+    gpu_workload,
+    name_of,
+    namespace_of,
+    pod_containers,
+    pod_templates,
+    qty,
+)
+from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
+
+MANDATORY = EnforcementLevel.MANDATORY
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+@resource_rule(
+    "inference-probes",
+    "GPU Deployments have startup, readiness and liveness probes",
+    MANDATORY,
+    (DEPLOYMENT,),
+)
+def inference_probes(args: ResourceValidationArgs, report: Report) -> None:
+    """Loading 140 GB of weights takes minutes: without a startup probe the liveness probe
+    kills the pod mid-load forever; without readiness, traffic reaches a server that cannot
+    answer; without liveness a wedged CUDA context keeps its GPUs."""
+    for path, _meta, spec in pod_templates(args.resource_type, args.props):
+        for cpath, c in pod_containers(path, spec, init=False):
+            if not container_gpus(c):
+                continue
+            missing = [p for p in ("startupProbe", "readinessProbe", "livenessProbe")
+                       if not is_map(get(c, p))]
+            if missing:
+                report(f"{cpath} has no {', '.join(missing)}")
+
+
+def _selects(selector: Any, labels: Any) -> bool:
+    ml = get(selector, "matchLabels")
+    if not is_map(ml) or not ml or not is_map(labels):
+        return False
+    return all(get(labels, k) == v for k, v in ml.items())
+
+
+@stack_rule(
+    "inference-pdb",
+    "Every GPU Deployment is covered by a PodDisruptionBudget",
+    MANDATORY,
+)
+def inference_pdb(args: StackValidationArgs, report: Report) -> None:
+    """Node drains (driver upgrades, the Network Operator's OFED rollout, a removed worker)
+    would otherwise evict every replica of a model at once: minutes of outage while the
+    weights reload."""
+    pdbs = [r for r in args.resources
+            if r.resource_type == "kubernetes:policy/v1:PodDisruptionBudget"]
+    for r in args.resources:
+        if r.resource_type != DEPLOYMENT or not gpu_workload(r):
+            continue
+        labels = get(r.props, "spec", "template", "metadata", "labels")
+        ns = namespace_of(r.props)
+        if not any(namespace_of(p.props) == ns and _selects(get(p.props, "spec", "selector"),
+                                                            labels) for p in pdbs):
+            report(f"Deployment {name_of(r)!r} has no PodDisruptionBudget selecting its pods",
+                   r.urn)
+
+
+@resource_rule(
+    "inference-hpa-min-replicas",
+    "Inference autoscalers keep at least two replicas (production)",
+    MANDATORY,
+    ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler",),
+)
+def inference_hpa_min_replicas(args: ResourceValidationArgs, report: Report) -> None:
+    """One replica means every node drain, OOM or driver reset is an outage of the endpoint.
+    Config: minReplicas (2); lower the level for a dev stack."""
+    minimum = config(args, "minReplicas", 2)
+    value = qty(get(args.props, "spec", "minReplicas"))
+    if value is None:
+        value = 1  # the Kubernetes default
+    if value < minimum:
+        report(f"spec.minReplicas is {value}; production needs at least {minimum}")
+    maximum = qty(get(args.props, "spec", "maxReplicas"))
+    if isinstance(maximum, int) and maximum < value:
+        report(f"spec.maxReplicas {maximum} is below minReplicas {value}")
+
+
+_TP_ARG = re.compile(r"^--tensor-parallel-size(?:=(\d+))?$")
+
+
+def _tp_size(c: Any) -> int | None:
+    items = [a for a in (*(get(c, "command") or ()), *(get(c, "args") or ()))
+             if isinstance(a, str)]
+    for i, a in enumerate(items):
+        m = _TP_ARG.match(a)
+        if m:
+            raw = m.group(1) or (items[i + 1] if i + 1 < len(items) else "")
+            return int(raw) if str(raw).isdigit() else None
+    return None
+
+
+@resource_rule(
+    "vllm-tp-equals-gpus",
+    "An inference server's tensor-parallel size equals the GPUs its container gets",
+    MANDATORY,
+    (DEPLOYMENT, "kubernetes:apps/v1:StatefulSet"),
+)
+def vllm_tp_equals_gpus(args: ResourceValidationArgs, report: Report) -> None:
+    """vLLM shards the model over --tensor-parallel-size GPUs of the pod: more than it has
+    fails at start-up after the scheduler placed it; fewer leaves paid-for GPUs idle."""
+    for path, c in containers(args.resource_type, args.props):
+        tp = _tp_size(c)
+        gpus = container_gpus(c)
+        if tp is not None and gpus and tp != gpus:
+            report(f"{path} --tensor-parallel-size={tp} but the container gets {gpus} GPUs")
+
+
+@resource_rule(
+    "ingress-tls",
+    "Every Ingress host is served with TLS",
+    MANDATORY,
+    ("kubernetes:networking.k8s.io/v1:Ingress",),
+)
+def ingress_tls(args: ResourceValidationArgs, report: Report) -> None:
+    """Prompts and completions are user data and the API carries bearer tokens; plain HTTP
+    through the bare-metal load balancer exposes both on the management network."""
+    tls = get(args.props, "spec", "tls")
+    covered = {h for t in (tls or ()) for h in (get(t, "hosts") or ())}
+    secrets = [get(t, "secretName") for t in (tls or ())]
+    if not is_list(tls) or not tls:
+        report("spec.tls is empty; add a TLS section (cert-manager issues the certificate)")
+        return
+    if not all(isinstance(s, str) and s for s in secrets):
+        report("a spec.tls entry has no secretName")
+    for rule in get(args.props, "spec", "rules") or ():
+        host = get(rule, "host")
+        if isinstance(host, str) and host not in covered:
+            report(f"host {host!r} is not covered by spec.tls")
