@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +129,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.ca_cert_hash = remote_command(
             "ca-cert-hash",
             connection=cp.connection,
-            create=f"sudo sh -c {json.dumps(kubeadm.CA_HASH_COMMAND)}",
+            create=kubeadm.root_pipeline(kubeadm.CA_HASH_COMMAND),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
         )
         self._ca_hash = self.ca_cert_hash.stdout.apply(str.strip)  # one Output for every join
@@ -293,7 +292,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             # Re-uploads the control-plane certificates under a fresh key (valid two hours).
             cert_key = self._read_secret(
                 f"{host}-certificate-key", cp,
-                f"sudo sh -c {json.dumps(kubeadm.CERTIFICATE_KEY_COMMAND)}")
+                kubeadm.root_pipeline(kubeadm.CERTIFICATE_KEY_COMMAND))
             joins[host] = remote_command(
                 f"{host}-kubeadm-join",
                 connection=node.connection,

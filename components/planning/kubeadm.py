@@ -10,6 +10,7 @@ keeps secret — not from the environment, which a stock sshd refuses (`AcceptEn
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import yaml
@@ -550,7 +551,16 @@ TOKEN_COMMAND = (
     "kubeadm token create --ttl {ttl}m --description 'gpu-cluster join of {host}' "
     "--kubeconfig /etc/kubernetes/admin.conf"
 )
+# kubeadm's --discovery-token-ca-cert-hash: sha256 of the CA's SubjectPublicKeyInfo (DER), for
+# an RSA or an ECDSA CA alike (`openssl pkey`).
 CA_HASH_COMMAND = (
-    "openssl x509 -pubkey -in /etc/kubernetes/pki/ca.crt | openssl rsa -pubin -outform der "
-    "2>/dev/null | openssl dgst -sha256 -hex | sed 's/^.* /sha256:/'"
+    "openssl x509 -pubkey -in /etc/kubernetes/pki/ca.crt | openssl pkey -pubin -outform der "
+    "| openssl dgst -sha256 -hex | sed 's/^.* /sha256:/'"
 )
+
+
+def root_pipeline(pipeline: str) -> str:
+    """`pipeline` as root under bash's pipefail: a failing stage fails the command. Under plain
+    `sh` a missing CA file made the last stage hash empty input (sha256:e3b0c442…), a pin every
+    later join fails on."""
+    return f"sudo bash -o pipefail -c {shlex.quote(pipeline)}"
