@@ -9,7 +9,7 @@ from pathlib import Path
 
 from components.config import Cluster, NcclTest
 from components.planning import nccl
-from components.planning.script_files import single_quoted, template
+from components.planning.script_files import body, single_quoted, template
 from components.planning.workloads import (
     POLICY_SUPPRESS_ANNOTATION,
     gpu_pod_spec,
@@ -34,7 +34,6 @@ NCCL_TESTS_BIN = "/opt/nccl_tests/build/all_reduce_perf"
 # may get pods and exec into the workers.
 LAUNCHER_KUBECTL = "/opt/kube/kubectl"
 IB_WRITE_BW_SECONDS = 10  # per rail and node pair (-D)
-IB_WRITE_BW_BASE_PORT = 18515  # perftest's default port; rail r uses base + r
 GATE_TIMEOUT_GRACE = 5  # minutes on top of the test's own timeout for pods to start
 
 
@@ -67,70 +66,14 @@ def nccl_test_env(cluster: Cluster) -> list[dict[str, str]]:
         {"name": "NCCL_ALGO", "value": nccl.ALGO}]
 
 
-# Runs in each worker (kubectl exec ... sh -c): every rail in turn, an ib_write_bw server for
-# the previous worker and a client to the next, pinned to the HCA's local CPUs where the pod's
-# cpuset allows. Arguments: seconds, this node, next node, next pod's IP, this node's HCAs in
-# rail order, the next node's. Prints one '# rail-check:' block per rail for nccl.py: the
-# client's result lines, or all it said when it failed (the launcher log stays small, so
-# kubelet log rotation cannot drop the rail check before the gate reads it).
-_RAIL_WORKER = r"""secs=$1 me=$2 peer=$3 peer_ip=$4 my_hcas=$5 peer_hcas=$6
-if ! command -v ib_write_bw >/dev/null 2>&1; then
-  echo "# rail-check: error on $me: ib_write_bw (perftest) is not in the image"
-  exit 0
-fi
-if [ -z "$peer_ip" ]; then
-  echo "# rail-check: error on $me: no pod IP for the next worker ($peer)"
-  exit 0
-fi
-tmp=$(mktemp -d)
-bw() {
-  cpus=$(cat "/sys/class/infiniband/$1/device/local_cpulist" 2>/dev/null)
-  pin=
-  if [ -n "$cpus" ] && taskset -c "$cpus" true 2>/dev/null; then pin="taskset -c $cpus"; fi
-  timeout "$3" $pin ib_write_bw -d "$1" -p "$2" -D "$secs" -s 65536 -q 4 -F --report_gbits $4
-}
-r=0
-set -- $peer_hcas
-for hca in $my_hcas; do
-  peer_hca=${1:-unknown}
-  if [ $# -gt 0 ]; then shift; fi
-  port=$((@PORT@ + r))
-  bw "$hca" "$port" $((secs + 60)) >"$tmp/server" 2>&1 &
-  server=$!
-  sleep "${RAIL_CHECK_SETTLE_S:-2}"
-  echo "# rail-check: rail $r client $me $hca server $peer $peer_hca"
-  tries=15
-  while :; do
-    bw "$hca" "$port" $((secs + 60)) "$peer_ip" >"$tmp/client" 2>&1
-    rc=$?
-    if [ "$rc" -eq 0 ] || [ "$tries" -le 1 ]; then break; fi
-    tries=$((tries - 1))
-    sleep "${RAIL_CHECK_SETTLE_S:-2}"
-  done
-  if [ "$rc" -eq 0 ] && grep -q "BW average" "$tmp/client"; then
-    grep -A 1 "BW average" "$tmp/client"
-  else
-    cat "$tmp/client"
-  fi
-  echo "# rail-check: end rail $r client $me exit $rc"
-  wait "$server"
-  src=$?
-  if [ "$src" -ne 0 ]; then
-    said=$(tail -n 1 "$tmp/server")
-    echo "# rail-check: error on $me: ib_write_bw server on rail $r ($hca) exited $src: $said"
-  fi
-  r=$((r + 1))
-done
-rm -rf "$tmp"
-"""
 
 # Runs in the launcher before all_reduce_perf: resolves the workers' pod IPs and nodes, starts
 # the rail check in every worker at once and prints their outputs one worker after another.
 
 
 def rail_worker_script() -> str:
-    """The POSIX sh each worker runs for the rail check (see _RAIL_WORKER)."""
-    return _RAIL_WORKER.replace("@PORT@", str(IB_WRITE_BW_BASE_PORT))
+    """The POSIX sh each worker runs for the rail check (scripts/acceptance/rail-worker.sh)."""
+    return body("acceptance/rail-worker.sh")
 
 
 def rail_check_script(cluster: Cluster, test: NcclTest) -> str:
