@@ -23,14 +23,17 @@ from components.inventory import InventoryError, load_inventory
 from components.planning import placement
 from components.planning.fabric import PlanError
 from components.planning.ssh_keys import fingerprint, key_id, public_key_of
+from components.site import site_problems
 
 
-def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> Cluster:
+def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path("."),
+                     stack: str | None = None) -> Cluster:
     """Parse and check the `gpu-cluster:cluster` object; raise ConfigError listing every problem.
 
     Three passes, each reported whole: pydantic field by field, then the inventory file the
     model names (its facts become part of the model), then the relations between fields
-    (`config_checks`) and the fabric plan."""
+    (`config_checks`), a split part's agreement with its core stack (`site`, given the stack's
+    name) and the fabric plan."""
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("", raw, "must be a mapping", "see Pulumi.prod.yaml")])
     try:
@@ -48,6 +51,8 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
                                        "correct the file as described")]) from None
         cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
     problems = list(semantic_problems(cluster))
+    if stack is not None:
+        problems += site_problems(raw, stack, project_dir)
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
@@ -101,7 +106,7 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
     if raw is None:
         raise ConfigError([Problem("", None, "the stack has no gpu-cluster:cluster key",
                                    "copy Pulumi.prod.yaml as a starting point")])
-    cluster = validate_cluster(raw, project_dir)
+    cluster = validate_cluster(raw, project_dir, pulumi.get_stack())
     missing = [k for k in SECRET_KEYS if conf.get_secret(k) is None]
     if missing:
         raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",

@@ -15,7 +15,7 @@ from support.project import REPO, run_offline
 from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
-CORE = "organization/gpu-cluster/site-core"
+CORE = "organization/gpu-cluster/core"
 PARTS = {
     "core": {"part": "core"},
     "su1": {"part": "nodes", "sus": [1], "kubernetesStack": CORE},
@@ -98,12 +98,14 @@ def test_the_parts_together_are_the_whole_site(previews: dict[str, list[dict[str
 @pytest.mark.slow
 def test_a_node_added_to_su2_leaves_the_su1_stack_unchanged(project: Path) -> None:
     doc = site(project)
+    write(project, "core", doc, PARTS["core"])
     for stack in ("su1", "su2"):
         write(project, stack, doc, PARTS[stack])
         resources(project, stack, "--render")
     bigger = copy.deepcopy(doc)
     bigger["config"][KEY]["gpuNodes"]["ranges"][1]["count"] += 1
-    for stack in ("su1", "su2"):
+    # One site config: the change goes into every part's file, the core's too.
+    for stack in ("core", "su1", "su2"):
         write(project, stack, bigger, PARTS[stack])
     assert len(resources(project, "su2")) > 0
     resources(project, "su1")
