@@ -73,6 +73,7 @@ verify-fabric: $(VENV)/.installed
 	@$(PY) -m offline preview --stack $(STACK) --quiet >/dev/null; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 3 ]; then \
 	    echo "verify-fabric: the preview of $(STACK) failed (exit $$rc), so build/$(STACK)/fabric is not this config's plan; fix the config (make preview STACK=$(STACK))" >&2; exit 2; fi
+	@test -f build/$(STACK)/fabric/topology.net || { echo "verify-fabric: $(STACK) plans no fabric (a split site's fabric is its core part's): run it with STACK=<the core stack>, the kubernetesStack of Pulumi.$(STACK).yaml" >&2; exit 2; }
 	$(PY) tools/verify_fabric.py --plan build/$(STACK)/fabric/topology.net --discovered $(DISCOVERED) $(if $(RATE),--rate $(RATE))
 
 lint: $(VENV)/.installed

@@ -225,3 +225,24 @@ def test_every_hca_port_line_names_its_port_guid(prod: FabricPlan) -> None:
     assert len(lines) == len(port_guids)
     assert all(re.fullmatch(r"[0-9a-f]{1,16}", g) for g in lines), lines[:3]
     assert {int(g, 16) for g in lines} == port_guids
+
+
+@pytest.mark.slow
+def test_make_verify_fabric_names_the_core_stack_for_a_split_part(tmp_path: Path) -> None:
+    """A nodes part of a split site renders no fabric (the core plans it): the check says where
+    the plan is instead of failing for a missing file."""
+    import yaml
+
+    project = copy_repo(tmp_path / "repo")
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    doc = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
+    for stack, split in (("site-core", {"part": "core"}),
+                         ("site-su1", {"part": "nodes", "sus": [1], "kubernetesStack":
+                                       "organization/gpu-cluster/site-core"})):
+        doc["config"]["gpu-cluster:cluster"]["split"] = split
+        (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.installed", "verify-fabric",
+                           "STACK=site-su1", "DISCOVERED=/dev/null"], cwd=project,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "site-su1 plans no fabric (a split site's fabric is its core part's)" in proc.stderr
