@@ -339,6 +339,7 @@ def test_a_split_stack_without_the_core_kubeconfig_fails_instead_of_using_the_ru
     runner points at. require_output fails the preview instead."""
     project = copy_repo(tmp_path / "repo")
     core = "organization/gpu-cluster/site-core"
+    write_stack(project, "site-core", put("split", {"part": "core"}))
     write_stack(project, "site-platform", put("split", {"part": "platform",
                                                         "kubernetesStack": core}))
     driver = (
