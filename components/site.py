@@ -58,14 +58,14 @@ def site_problems(raw: Mapping[str, Any], stack: str, project_dir: Path) -> list
     """What keeps this stack's part from being one site with its core and sibling parts. Both
     sides are read from their stack files the same way (when this stack has one), so a
     difference is one in the files, never one of parsing."""
-    raw = _stack_cluster(project_dir, stack) or raw
     split = raw.get("split")
     if not isinstance(split, Mapping) or split.get("part") == "core":
-        return []
+        return []  # an unsplit stack or the core reads no other file
     reference = split.get("kubernetesStack")
     if not isinstance(reference, str):
         return []  # the model's own check names the missing key
-    stacks = _stacks(project_dir)
+    stacks = _stacks(project_dir)  # every stack file, read once
+    raw = stacks.get(stack, raw)
     cores = sorted(s for s, c in stacks.items()
                    if isinstance(c.get("split"), Mapping) and c["split"].get("part") == "core")
     org, _, rest = reference.partition("/")

@@ -4,6 +4,7 @@ never the hash of empty input, when there is no CA yet (a nodes stack applied be
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import re
 import shlex
@@ -36,8 +37,6 @@ def run_on(ca: Path) -> subprocess.CompletedProcess[str]:
 def write_ca(path: Path, key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
     """A self-signed CA like kubeadm's; returns the pin kubeadm defines for it: sha256 of the
     DER SubjectPublicKeyInfo."""
-    import datetime
-
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
