@@ -33,3 +33,6 @@ if config.split is not None and cluster.kubernetes is not None \
     # a secret. People log in as themselves (docs/security.md, "People").
     pulumi.export("kubeconfig",
                   pulumi.Output.secret(cluster.kubernetes.stack_kubeconfig.stdout))
+# A split part's readiness and facts, which the site's other parts check and read.
+for key, value in cluster.site_exports.items():
+    pulumi.export(key, value)

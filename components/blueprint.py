@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from components import bring_up
+from components import bring_up, site_link
 from components.bootstrap import (
     ControlPlaneHost,
     KubeadmCluster,
@@ -36,6 +36,7 @@ from components.planning import (
     placement,
     platform,
     reboot,
+    site_facts,
     ssh_keys,
     storage,
     switch_config,
@@ -66,6 +67,24 @@ class Blueprint:
     workloads: dict[str, Workload]
     # Relative path under build/<stack>/ -> text. Pure renderings; never holds a secret.
     artifacts: dict[str, str] = field(default_factory=dict)
+    site: site_link.SiteLink | None = None  # a split part's references to its core (platform)
+
+    @property
+    def site_exports(self) -> dict[str, Any]:
+        """What this part of a split site publishes for the others (`site_facts`)."""
+        c = self.cluster
+        if c.split is None:
+            return {}
+        if c.split.part == "core":
+            facts = self.fabric.published_facts if self.fabric is not None else {}
+            return {"site": site_facts.core_site(c),
+                    "facts": {"hcas": site_facts.cabled_hcas(facts)}}
+        exports: dict[str, Any] = {"site": site_facts.part_site(c, self.owned_nodes)}
+        if c.split.part == "platform":
+            exports["facts"] = site_facts.platform_facts([
+                *platform.queues(c), *platform.network_policies(c),
+                *platform.network_attachments(c, platform.training_namespaces(c))])
+        return exports
 
     @property
     def report(self) -> list[str]:
@@ -100,6 +119,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     fabric_plan = placement.plan(cluster)
     core = _builds(cluster, "core")
     nodes = _owned_nodes(cluster)
+    site = None
+    if cluster.split is not None and cluster.split.part != "core":
+        # Every secret waits for the part's references to pass their checks.
+        site = site_link.link(cluster, pulumi.get_stack(), nodes)
+        secrets = secrets.after(site.ready)
     # The fabric files are the core part's: only it pushes them to the subnet managers.
     fabric_files = render_fabric_files(fabric_plan) if core else {}
     artifacts: Artifacts = dict(fabric_files)
@@ -113,19 +137,16 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         artifacts |= files
 
     cp = _control_plane_host(cluster, secrets, hardware)
-    reference = None
-    if cluster.split is not None and cluster.split.kubernetes_stack:
-        # The core stack's kubeconfig output (a secret) builds this stack's provider.
-        reference = pulumi.StackReference(cluster.split.kubernetes_stack)
     kube = None
     if core or nodes:
         kube, files = _bootstrap_layer(
             cluster, fabric_plan, _require(hardware, "a part with hosts prepares them"), cp,
-            nodes, core, reference, fabric)
+            nodes, core, site.kubeconfig if site else None, fabric)
         artifacts |= files
     provider = kube.provider if kube is not None else None
-    if provider is None and reference is not None:
-        provider = cluster_provider(cluster.name, _core_kubeconfig(reference, cluster))
+    if provider is None and site is not None:
+        # The core stack's kubeconfig output (a secret) builds this stack's provider.
+        provider = cluster_provider(cluster.name, site.kubeconfig)
 
     plat = store = None
     if _builds(cluster, "platform"):
@@ -136,7 +157,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
             r for r in (store, plat) if r is not None])
         artifacts |= files
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
-                     dict(sorted(artifacts.items())))
+                     dict(sorted(artifacts.items())), site)
 
 
 def _require(component: Hardware | None, why: str) -> Hardware:
@@ -206,7 +227,7 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
 
 def _bootstrap_layer(cluster: Cluster, fabric_plan: FabricPlan, hardware: Hardware,
                      cp: ControlPlaneHost, nodes: Sequence[GpuNode], core: bool,
-                     reference: pulumi.StackReference | None,
+                     core_kubeconfig: pulumi.Output[Any] | None,
                      fabric: InfinibandFabric | None) -> tuple[KubeadmCluster, Artifacts]:
     """kubeadm: init and the control-plane joins (core), the owned nodes' joins, planned
     reboots and upgrades."""
@@ -234,7 +255,7 @@ def _bootstrap_layer(cluster: Cluster, fabric_plan: FabricPlan, hardware: Hardwa
         stack_kubeconfig_command=kubeadm.stack_kubeconfig_command(cluster) if core else None,
         node_labels={n.hostname: kubeadm.node_labels(cluster, n, leaves.get(n.hostname))
                      for n in nodes},
-        kubeconfig=_core_kubeconfig(reference, cluster) if reference else None,
+        kubeconfig=core_kubeconfig,
         kubelet_config_script=kubelet_script,
         reboots=reboots,
         decommission=frozenset(cluster.gpu_nodes.decommission),
@@ -339,25 +360,6 @@ def _workload_layer(cluster: Cluster, provider: Any, cp: ControlPlaneHost,
                 connection=cp.connection, script=key,
                 delete=inference.api_key_delete_command(svc))))
     return apps, artifacts
-
-
-def _core_kubeconfig(reference: pulumi.StackReference, cluster: Cluster) -> pulumi.Output[Any]:
-    """The core stack's `kubeconfig` output, or a failed preview when it has none — like
-    `require_output`, with a message that says what to do. (`get_output` would give None, and a
-    provider without a kubeconfig falls back to $KUBECONFIG or ~/.kube/config: whatever cluster
-    the runner happens to point at.)"""
-    stack = cluster.split.kubernetes_stack if cluster.split else None
-
-    def pick(outputs: dict[str, Any]) -> Any:
-        if not outputs.get("kubeconfig"):
-            raise pulumi.RunError(
-                f"{CLUSTER_KEY}.split.kubernetesStack: stack {stack} has no `kubeconfig` output "
-                "(got none). Fix: run `pulumi up` on that core stack first, or correct the name "
-                "(organization/gpu-cluster/<stack> on a file:// backend, <org>/gpu-cluster/"
-                "<stack> on Pulumi Cloud)")
-        return outputs["kubeconfig"]
-
-    return pulumi.Output.secret(reference.outputs.apply(pick))
 
 
 def _control_plane_host(cluster: Cluster, secrets: Secrets,

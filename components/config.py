@@ -415,15 +415,32 @@ class Credentials(Model):
     fabric_keys_version: int = Field(1, ge=1)
 
 
+class SitePart(Model):
+    """A part of a split site other than the core, as the core's stack file lists it."""
+
+    part: Literal["nodes", "platform", "workloads"]
+    sus: tuple[int, ...] = ()  # part nodes: the scalable units whose GPU nodes it owns
+
+
+STACK_NAME = r"^[A-Za-z0-9_.-]+$"
+QUALIFIED_STACK = r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
+
+
 class Split(Model):
     """One stack of a site split into several: the shared core, the GPU nodes of some SUs,
-    the platform, or the workloads. Every part reads the same cluster config; the parts after
-    the core build their Kubernetes provider from the core stack's `kubeconfig` output."""
+    the platform, or the workloads. The site's config lives once, in the core's stack file,
+    whose `parts` names every other part's stack and what it owns; another part's stack file
+    only names its core (`gpu-cluster:site`), and the program reads that part's split from the
+    core's `parts` (`site.stack_cluster`), with the references below filled in."""
 
     part: Literal["core", "nodes", "platform", "workloads"]
     sus: tuple[int, ...] = ()  # part nodes: the scalable units whose GPU nodes it owns
-    kubernetes_stack: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    parts: dict[Annotated[str, Field(pattern=STACK_NAME)], SitePart] = Field(
+        default_factory=dict)  # part core: stack name -> its part
+    # Filled in from `gpu-cluster:site`, never written: the core stack, and (for workloads,
+    # which reads the platform's published facts) the platform part's stack.
+    kubernetes_stack: str | None = Field(None, pattern=QUALIFIED_STACK)
+    platform_stack: str | None = Field(None, pattern=QUALIFIED_STACK)
 
 
 class Cluster(Model):

@@ -5,7 +5,7 @@ model and yields a Problem with its key path and fix; nothing here builds or cha
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +13,7 @@ from components.compat import compatibility_problems
 from components.config import Cluster
 from components.config_types import Problem
 from components.planning import lnet
+from components.planning.platform import PER_NODE_BLOCK
 from components.planning.ssh_keys import key_id
 from components.planning.workloads import mount_root  # where a job mounts a path's volume
 
@@ -303,6 +304,13 @@ def _address_plan(c: Cluster) -> Iterator[Problem]:
                               "use disjoint ranges for management, pods, services, RDMA and "
                               "the Lustre servers' IPoIB subnet")
     yield from _pod_cidr_problems(c)
+    rdma = c.network.rdma_cidr
+    need = (len(c.nodes) + 1) * PER_NODE_BLOCK  # nv-ipam's block per node, and a spare
+    if need > rdma.num_addresses:
+        yield Problem("network.rdmaCidr", str(rdma), f"holds {rdma.num_addresses} addresses, "
+                      f"fewer than {len(c.nodes)} GPU nodes x {PER_NODE_BLOCK} pod addresses "
+                      "per node (+ one spare block)",
+                      f"use a /{rdma.max_prefixlen - (need - 1).bit_length()} or larger")
     first, last = c.network.ingress_pool
     lb = c.network.load_balancer_cidr
     if first > last or first not in lb or last not in lb:
@@ -458,23 +466,58 @@ def _unique_names(c: Cluster) -> Iterator[Problem]:
 
 
 def _split_part(c: Cluster) -> Iterator[Problem]:
-    """A split stack's part owns what its part may own and names the core stack."""
-    nodes = c.nodes
+    """A split stack's part owns what its part may own; only the core lists the parts, and
+    the references are filled in, never written."""
     sp = c.split
     if sp is None:
         return
-    sus = {n.su for n in nodes}
-    if sp.part == "nodes" and (not sp.sus or set(sp.sus) - sus):
-        yield Problem("split.sus", list(sp.sus),
-                      f"a nodes stack owns existing SUs (this cluster has {sorted(sus)})",
-                      "list the SUs whose GPU nodes this stack manages")
-    if sp.part != "nodes" and sp.sus:
-        yield Problem("split.sus", list(sp.sus), f"only a nodes stack owns SUs, not "
-                      f"part {sp.part}", "remove split.sus")
-    if sp.part != "core" and sp.kubernetes_stack is None:
-        yield Problem("split.kubernetesStack", None,
-                      f"part {sp.part} needs the core stack's kubeconfig",
-                      "name the core stack as <org>/<project>/<stack>")
+    if sp.part != "core" and sp.parts:
+        yield Problem("split.parts", sorted(sp.parts), f"only the core part lists the site's "
+                      f"parts, not part {sp.part}", "remove split.parts")
+    if sp.part != "core":
+        return  # the rest of a part's split is read from the core's parts, checked there
+    for key, value in (("kubernetesStack", sp.kubernetes_stack),
+                       ("platformStack", sp.platform_stack)):
+        if value is not None:
+            yield Problem(f"split.{key}", value, "is filled in for the other parts from their "
+                          "gpu-cluster:site, never written in the core", f"remove split.{key}")
+    if sp.sus:
+        yield Problem("split.sus", list(sp.sus), "only a nodes part owns SUs, not part core",
+                      "remove split.sus")
+    yield from _site_parts(sp.parts, sorted({n.su for n in c.nodes}))
+
+
+def _site_parts(parts: Mapping[str, Any], sus: list[int]) -> Iterator[Problem]:
+    """The core's `parts`: each SU owned by exactly one nodes part, one platform part (which a
+    workloads part needs) and one workloads part at most."""
+    owner: dict[int, str] = {}
+    for stack, part in sorted(parts.items()):
+        path = f"split.parts.{stack}.sus"
+        if part.part == "nodes" and (not part.sus or set(part.sus) - set(sus)):
+            yield Problem(path, list(part.sus), f"a nodes part owns existing SUs (this "
+                          f"cluster has {sus})", "list the SUs whose GPU nodes it manages")
+        if part.part != "nodes" and part.sus:
+            yield Problem(path, list(part.sus), f"only a nodes part owns SUs, not part "
+                          f"{part.part}", "remove its sus")
+        for su in part.sus if part.part == "nodes" else ():
+            if su in owner:
+                yield Problem(path, list(part.sus), f"SU {su} is also owned by part "
+                              f"{owner[su]}: both would join, and reset, its nodes",
+                              "give each SU to exactly one nodes part")
+            owner.setdefault(su, stack)
+    if parts and (orphans := [su for su in sus if su not in owner]):
+        yield Problem("split.parts", sorted(parts), f"no nodes part owns SU(s) {orphans}: "
+                      "their GPU nodes would never join", "add them to a nodes part's sus")
+    for kind in ("platform", "workloads"):
+        named = sorted(s for s, p in parts.items() if p.part == kind)
+        if len(named) > 1:
+            yield Problem("split.parts", named, f"a site has one {kind} part",
+                          f"keep one of {named}")
+    kinds = {p.part for p in parts.values()}
+    if "workloads" in kinds and "platform" not in kinds:
+        yield Problem("split.parts", sorted(parts), "a workloads part reads the queues and "
+                      "network attachments the platform part publishes, and there is none",
+                      "add a part with part: platform")
 
 
 def _partition_problems(parts: Sequence[Any]) -> Iterator[Problem]:

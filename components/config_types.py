@@ -28,11 +28,13 @@ class Problem:
     message: str
     fix: str
     check: str = ""  # the cross-field check that found it (config_checks.CHECKS), if one did
+    key: str = CLUSTER_KEY  # the stack config key the path is in
 
     def render(self) -> str:
         found_by = f"  [check: {self.check}]" if self.check else ""
+        where = f"{self.key}.{self.path}" if self.path else self.key
         return (
-            f"  {CLUSTER_KEY}.{self.path}: {self.message} (got {self.value!r}).\n"
+            f"  {where}: {self.message} (got {self.value!r}).\n"
             f"      Fix: {self.fix}{found_by}"
         )
 

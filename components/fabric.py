@@ -48,9 +48,12 @@ class FabricArgs:
 class InfinibandFabric(pulumi.ComponentResource):
     def __init__(self, name: str, args: FabricArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:fabric:InfinibandFabric", name, {"facts": fabric_facts(
-            {sw: s.cli for sw, s in args.switches.items()},
-            {host: sm.files for host, sm in args.sm_hosts.items()})}, opts)
+        # What the switch commands and subnet-manager files configure, for the policy pack
+        # (and a split site's other parts, through the core's `facts` output).
+        facts = fabric_facts({sw: s.cli for sw, s in args.switches.items()},
+                             {host: sm.files for host, sm in args.sm_hosts.items()})
+        self.published_facts = facts
+        super().__init__("gpucluster:fabric:InfinibandFabric", name, {"facts": facts}, opts)
         # One at a time, in the order given (standbys, then the master): each waits for the
         # previous one to be back in its role.
         self.subnet_managers: dict[str, command.remote.Command] = {}
@@ -79,4 +82,5 @@ class InfinibandFabric(pulumi.ComponentResource):
             )
             for sw, s in sorted(args.switches.items())
         }
-        self.register_outputs({"switches": sorted(self.switches)})
+        # The engine shows stack policies a component's registered outputs, not its inputs.
+        self.register_outputs({"switches": sorted(self.switches), "facts": facts})

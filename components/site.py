@@ -1,114 +1,126 @@
-"""The parts of a split site kept one site (pure; reads the project's stack files): each part
-names a core stack this project has, holds the core's cluster config exactly (only `split`
-differs), and no SU is owned by two nodes stacks. Checked before anything is registered, so a
-part that drifted from its core, or a mistyped `kubernetesStack`, previews as a config error.
+"""A split site's config lives once, in its core stack's file (pure; reads the project's stack
+files). The core's `split.parts` names every other part's stack and what it owns; each other
+part's stack file only names the core (`gpu-cluster:site`) beside its own secrets, and reads
+the core's cluster config with its own split. So the parts cannot drift apart, no SU has two
+owners, and a part whose reference is mistyped, or a core whose split was deleted while its
+parts still name it, is a config error before anything is registered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from components.config_types import CLUSTER_KEY, PROJECT, Problem
+from components.config_types import CLUSTER_KEY, PROJECT, ConfigError, Problem
 
-_MAX_DIFFERENCES = 5
-
-
-def _stack_cluster(project_dir: Path, stack: str) -> Mapping[str, Any] | None:
-    """The `gpu-cluster:cluster` object of Pulumi.<stack>.yaml; None without one."""
-    path = project_dir / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        return None
-    doc = yaml.safe_load(path.read_text()) or {}
-    cluster = (doc.get("config") or {}).get(CLUSTER_KEY)
-    return cluster if isinstance(cluster, Mapping) else None
+SITE_KEY = f"{PROJECT}:site"
 
 
-def _stacks(project_dir: Path) -> dict[str, Mapping[str, Any]]:
+def _configs(project_dir: Path) -> dict[str, Mapping[str, Any]]:
+    """Each Pulumi.<stack>.yaml's `config` object, by stack."""
     found = {}
     for path in sorted(project_dir.glob("Pulumi.*.yaml")):
-        stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
-        cluster = _stack_cluster(project_dir, stack)
-        if cluster is not None:
-            found[stack] = cluster
+        doc = yaml.safe_load(path.read_text()) or {}
+        config = doc.get("config") if isinstance(doc, Mapping) else None
+        if isinstance(config, Mapping):
+            found[path.name.removeprefix("Pulumi.").removesuffix(".yaml")] = config
     return found
 
 
-def _differences(ours: Any, theirs: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
-    """(key path, ours, theirs) wherever two config objects differ."""
-    if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
-        for key in sorted(set(ours) | set(theirs), key=str):
-            yield from _differences(ours.get(key), theirs.get(key),
-                                    f"{path}.{key}" if path else str(key))
-    elif isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            yield from _differences(a, b, f"{path}[{i}]")
-    elif ours != theirs:
-        yield path, ours, theirs
+def _split(cluster: Any) -> Mapping[str, Any]:
+    split = cluster.get("split") if isinstance(cluster, Mapping) else None
+    return split if isinstance(split, Mapping) else {}
 
 
-def _without_split(cluster: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in cluster.items() if k != "split"}
+def _parts_naming(stack: str, configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The stacks whose `gpu-cluster:site` names `stack` as their core."""
+    return sorted(s for s, c in configs.items()
+                  if str(c.get(SITE_KEY, "")).rpartition("/")[2] == stack and s != stack)
 
 
-def site_problems(raw: Mapping[str, Any], stack: str, project_dir: Path) -> list[Problem]:
-    """What keeps this stack's part from being one site with its core and sibling parts. Both
-    sides are read from their stack files the same way (when this stack has one), so a
-    difference is one in the files, never one of parsing."""
-    split = raw.get("split")
-    if not isinstance(split, Mapping) or split.get("part") == "core":
-        return []  # an unsplit stack or the core reads no other file
-    reference = split.get("kubernetesStack")
-    if not isinstance(reference, str):
-        return []  # the model's own check names the missing key
-    stacks = _stacks(project_dir)  # every stack file, read once
-    raw = stacks.get(stack, raw)
-    cores = sorted(s for s, c in stacks.items()
-                   if isinstance(c.get("split"), Mapping) and c["split"].get("part") == "core")
-    org, _, rest = reference.partition("/")
+def stack_cluster(project_dir: Path, stack: str, own: Any, site: str | None
+                  ) -> Mapping[str, Any]:
+    """This stack's cluster config: its own `gpu-cluster:cluster`, or for a part of a split
+    site the core's with this part's split. Raises ConfigError, changing nothing."""
+    configs = _configs(project_dir)
+    if site is None:
+        if own is None:
+            raise ConfigError([Problem("", None, "the stack has no gpu-cluster:cluster key",
+                                       "copy Pulumi.prod.yaml as a starting point, or set "
+                                       f"{SITE_KEY} to the core stack of a split site")])
+        problems = _own_problems(own, stack, configs)
+        if problems:
+            raise ConfigError(problems)
+        return own
+    if own is not None:
+        core = site.rpartition("/")[2]
+        raise ConfigError([Problem("", "(set)", f"a part of a split site ({SITE_KEY}: {site}) "
+                                   f"reads the site's one cluster config from Pulumi.{core}"
+                                   ".yaml, so a copy here could only drift from it",
+                                   f"remove {CLUSTER_KEY} from Pulumi.{stack}.yaml and make "
+                                   "every change in the core's file")])
+    return _part_cluster(stack, site, configs)
+
+
+def _own_problems(own: Any, stack: str, configs: Mapping[str, Mapping[str, Any]]
+                  ) -> list[Problem]:
+    split = _split(own)
+    naming = _parts_naming(stack, configs)
+    if split.get("part") not in (None, "core"):
+        return [Problem("split.part", split.get("part"), "only the core part holds the site's "
+                        "cluster config; every other part reads it from the core",
+                        f"set {SITE_KEY} to <org>/{PROJECT}/<core stack>, list this stack "
+                        f"under the core's split.parts, and remove {CLUSTER_KEY} here")]
+    if not split and naming:
+        return [Problem("split", None, f"stacks {', '.join(naming)} are parts of this site "
+                        f"(their {SITE_KEY} names {stack}), but this stack has no split: it "
+                        "would build the whole site a second time beside them",
+                        "restore split (part: core, with its parts), or retire those stacks "
+                        "first")]
+    listed = set(split.get("parts") or ()) if isinstance(split.get("parts"), Mapping) else set()
+    return [Problem("split.parts", sorted(listed), f"stack {other} names this core in "
+                    f"{SITE_KEY}, but is not one of its parts", f"add {other} to split.parts, "
+                    f"or remove {SITE_KEY} from Pulumi.{other}.yaml")
+            for other in naming if other not in listed]
+
+
+def _part_cluster(stack: str, site: str, configs: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, Any]:
+    org, _, rest = site.partition("/")
     project, _, core = rest.partition("/")
+    cores = sorted(s for s, c in configs.items()
+                   if _split(c.get(CLUSTER_KEY)).get("part") == "core")
     fix = (f"name the core stack of this site: {org}/{PROJECT}/<stack> with one of "
-           f"{', '.join(cores)}" if cores else "add the core part's stack file (split.part: core)")
-    core_cluster = stacks.get(core)
-    if project != PROJECT or core_cluster is None:
-        return [Problem("split.kubernetesStack", reference,
-                        f"names no stack of this project ({PROJECT}, stack files Pulumi.<stack>"
-                        ".yaml here)", fix)]
-    core_split = core_cluster.get("split")
-    if not isinstance(core_split, Mapping) or core_split.get("part") != "core":
-        return [Problem("split.kubernetesStack", reference,
-                        f"names stack {core}, which is not a core part (its split.part is "
-                        f"{core_split.get('part') if isinstance(core_split, Mapping) else None})",
-                        fix)]
-    problems = [
-        Problem(path, ours, f"differs from the core stack's Pulumi.{core}.yaml ({theirs!r}): "
-                "the parts of a split site share one cluster config, only `split` differs",
-                "make it equal in every part's stack file (the core's and this one), then "
-                "preview every part")
-        for path, ours, theirs in list(_differences(_without_split(raw),
-                                                    _without_split(core_cluster)))[
-            :_MAX_DIFFERENCES]]
-    return problems + _shared_sus(split, stack, stacks, core)
+           f"{', '.join(cores)}" if cores else "add the core part's stack file (split.part: "
+           "core)")
+    cluster = configs.get(core, {}).get(CLUSTER_KEY) if project == PROJECT else None
+    if not isinstance(cluster, Mapping):
+        raise ConfigError([_site_problem(site, f"names no stack of this project with a "
+                                         f"cluster config ({PROJECT}, stack files "
+                                         "Pulumi.<stack>.yaml here)", fix)])
+    split = _split(cluster)
+    if split.get("part") != "core":
+        raise ConfigError([_site_problem(site, f"names stack {core}, which is not a core part "
+                                         f"(its split.part is {split.get('part')})", fix)])
+    listed = split.get("parts")
+    parts: Mapping[str, Any] = listed if isinstance(listed, Mapping) else {}
+    mine = parts.get(stack)
+    if not isinstance(mine, Mapping):
+        raise ConfigError([_site_problem(site, f"stack {stack} is not one of {core}'s parts "
+                                         f"({', '.join(sorted(parts)) or 'none'})",
+                                         f"add `{stack}: {{part: nodes, sus: [<su>]}}` (or "
+                                         "part: platform | workloads) to split.parts in "
+                                         f"Pulumi.{core}.yaml")])
+    platform = next((s for s, p in sorted(parts.items())
+                     if isinstance(p, Mapping) and p.get("part") == "platform"), None)
+    own_split: dict[str, Any] = {**mine, "kubernetesStack": site}
+    if mine.get("part") == "workloads" and platform is not None:
+        own_split["platformStack"] = f"{org}/{project}/{platform}"
+    return {**cluster, "split": own_split}
 
 
-def _shared_sus(split: Mapping[str, Any], stack: str, stacks: Mapping[str, Mapping[str, Any]],
-                core: str) -> list[Problem]:
-    """An SU owned by two nodes stacks of one core would be joined, and reset, by both."""
-    ours = set(split.get("sus") or ())
-    problems = []
-    for other, cluster in sorted(stacks.items()):
-        other_split = cluster.get("split")
-        if other == stack or not isinstance(other_split, Mapping):
-            continue
-        if other_split.get("part") != "nodes" or \
-                str(other_split.get("kubernetesStack", "")).rpartition("/")[2] != core:
-            continue
-        for su in sorted(ours & set(other_split.get("sus") or ())):
-            problems.append(Problem("split.sus", sorted(ours),
-                                    f"SU {su} is also owned by stack {other}: both would join "
-                                    "and reset its nodes",
-                                    "give each SU to exactly one nodes stack"))
-    return problems
+def _site_problem(site: str, message: str, fix: str) -> Problem:
+    return Problem("", site, message, fix, key=SITE_KEY)

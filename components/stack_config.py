@@ -23,17 +23,15 @@ from components.inventory import InventoryError, load_inventory
 from components.planning import placement
 from components.planning.fabric import PlanError
 from components.planning.ssh_keys import fingerprint, key_id, public_key_of
-from components.site import site_problems
+from components.site import SITE_KEY, stack_cluster
 
 
-def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path("."),
-                     stack: str | None = None) -> Cluster:
+def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> Cluster:
     """Parse and check the `gpu-cluster:cluster` object; raise ConfigError listing every problem.
 
     Three passes, each reported whole: pydantic field by field, then the inventory file the
     model names (its facts become part of the model), then the relations between fields
-    (`config_checks`), a split part's agreement with its core stack (`site`, given the stack's
-    name) and the fabric plan."""
+    (`config_checks`) and the fabric plan."""
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("", raw, "must be a mapping", "see Pulumi.prod.yaml")])
     try:
@@ -51,8 +49,6 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path("."),
                                        "correct the file as described")]) from None
         cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
     problems = list(semantic_problems(cluster))
-    if stack is not None:
-        problems += site_problems(raw, stack, project_dir)
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
@@ -96,17 +92,32 @@ class Secrets:
     def bmc_password_for(self, host: str) -> Any:
         return self.bmc_passwords.get(host, self.bmc_password)
 
+    def after(self, ready: Any) -> Secrets:
+        """The same secrets, each resolving only once `ready` has: whatever uses one (every
+        remote command) waits for it, and never runs when it fails."""
+        import pulumi
+
+        def gate(value: Any) -> Any:
+            return pulumi.Output.all(ready, value).apply(lambda v: v[1])
+
+        return Secrets(
+            **{f: gate(getattr(self, f)) for f in ("ssh_private_key", "bmc_password",
+                                                   "switch_password", "fabric_m_key",
+                                                   "fabric_sm_key", "fabric_sa_key")},
+            switch_passwords=MappingProxyType({k: gate(v) for k, v in
+                                               self.switch_passwords.items()}),
+            bmc_passwords=MappingProxyType({k: gate(v) for k, v in self.bmc_passwords.items()}))
+
 
 def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
     """Read the stack's config through Pulumi (the real CLI or the offline mock runtime)."""
     import pulumi
 
     conf = pulumi.Config(PROJECT)
-    raw = conf.get_object("cluster")
-    if raw is None:
-        raise ConfigError([Problem("", None, "the stack has no gpu-cluster:cluster key",
-                                   "copy Pulumi.prod.yaml as a starting point")])
-    cluster = validate_cluster(raw, project_dir, pulumi.get_stack())
+    # A part of a split site reads the site's one config from its core's stack file.
+    raw = stack_cluster(project_dir, pulumi.get_stack(), conf.get_object("cluster"),
+                        conf.get(SITE_KEY.partition(":")[2]))
+    cluster = validate_cluster(raw, project_dir)
     missing = [k for k in SECRET_KEYS if conf.get_secret(k) is None]
     if missing:
         raise ConfigError([Problem(f"(secret) {PROJECT}:{k}", None, "secret is not set",

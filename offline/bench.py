@@ -101,6 +101,13 @@ def scale_gpu_nodes(
     kube = cluster.get("kubernetes", {})
     if "podCidr" in kube and ipaddress.ip_network(kube["podCidr"]).prefixlen > prefix:
         kube["podCidr"] = f"10.128.0.0/{prefix}"
+    # nv-ipam gives every GPU node a block of 64 RDMA pod addresses (and one spare block):
+    # widen the RDMA range from its own base (192.168/16 grows into 192.168/14).
+    net = cluster.get("network", {})
+    rdma_prefix = 32 - ((nodes + 1) * 64 - 1).bit_length()
+    if "rdmaCidr" in net and ipaddress.ip_network(net["rdmaCidr"]).prefixlen > rdma_prefix:
+        net["rdmaCidr"] = str(ipaddress.ip_network(f"{net['rdmaCidr'].split('/')[0]}/"
+                                                   f"{rdma_prefix}", strict=False))
     return doc
 
 

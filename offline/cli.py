@@ -1,4 +1,4 @@
-"""`python -m offline preview | check-rendered | bench` — see README for the workflow."""
+"""`python -m offline preview | site | check-rendered | bench` — see README for the workflow."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import site
 from .diff import diff_json, format_diff
 from .impact import impact
 from .model import layer_order
@@ -88,6 +89,30 @@ def _render(project: Path, args: argparse.Namespace, policy_config: Path | None 
         return EXIT_ERROR
 
 
+def _policy_config(project: Path, args: argparse.Namespace) -> Path | None:
+    """The policy config to judge with, saying where it comes from when not the stack's own."""
+    if args.policy_config:
+        return Path(args.policy_config)
+    own = project / "policies" / f"policy-config.{args.stack}.json"
+    theirs = project / "policies" / f"policy-config.{args.baseline}.json"
+    site_config = site.policy_config(project, args.stack)
+    if own.is_file() or args.policy_pack:
+        return None  # the stack's own, or the given pack's
+    if site_config:
+        # A part of a split site is judged as its site is.
+        print(f"policies: {site_config.relative_to(project)} (the site's; {args.stack} has "
+              "none)")
+        return site_config
+    if args.baseline and theirs.is_file():
+        # A scratch copy of a stack is judged as that stack would be.
+        print(f"policies: {theirs.relative_to(project)} (the baseline's; {args.stack} has none)")
+        return theirs
+    print(f"policies: no policies/policy-config.{args.stack}.json, so every rule runs at "
+          "the pack's own level (policies/RULES.md); to change a level or suppress a rule "
+          f"for {args.stack}, add that file (docs/policies.md)")
+    return None
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     project = Path(args.project_dir).resolve()
     if args.baseline and args.render:
@@ -98,17 +123,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
               f"(make render STACK={args.baseline})", file=sys.stderr)
         return EXIT_CONFIG
-    policy_config = Path(args.policy_config) if args.policy_config else None
-    own = project / "policies" / f"policy-config.{args.stack}.json"
-    theirs = project / "policies" / f"policy-config.{args.baseline}.json"
-    if policy_config is None and args.baseline and not own.is_file() and theirs.is_file():
-        # A scratch copy of a stack is judged as that stack would be.
-        policy_config = theirs
-        print(f"policies: {theirs.relative_to(project)} (the baseline's; {args.stack} has none)")
-    elif policy_config is None and not own.is_file() and not args.policy_pack:
-        print(f"policies: no policies/policy-config.{args.stack}.json, so every rule runs at "
-              "the pack's own level (policies/RULES.md); to change a level or suppress a rule "
-              f"for {args.stack}, add that file (docs/policies.md)")
+    policy_config = _policy_config(project, args)
     r = _render(project, args, policy_config)
     if isinstance(r, int):
         return r
@@ -117,7 +132,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     # The same diff as data, for tools (and tests) that act on what a change touches.
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
     new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
-    steps = runbook(diff, args.stack, new_inputs)
+    # A split site's fabric is its core's: that is the stack its checks name.
+    steps = runbook(diff, site.core_of(project, args.stack) or args.stack, new_inputs)
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     verdict = impact(diff, new_inputs)
     (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
@@ -166,10 +182,19 @@ def cmd_check_rendered(args: argparse.Namespace) -> int:
     return EXIT_ERROR
 
 
+def cmd_site(args: argparse.Namespace) -> int:
+    return site.preview(Path(args.project_dir).resolve(), args.stack, args.timeout, args.quiet)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
+    from .bench_split import main as split_main
 
-    return bench_main(args)
+    status = bench_main(args)
+    if status == EXIT_OK and not args.synthetic:
+        print()
+        status = split_main(args)  # each part of a split site beside the whole
+    return status
 
 
 def cmd_floor(args: argparse.Namespace) -> int:
@@ -181,7 +206,7 @@ def cmd_floor(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{preview,check-rendered,bench}")
+                            metavar="{preview,site,check-rendered,bench}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
@@ -212,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "change cannot weaken the rules or add the suppressions that judge it")
     p.set_defaults(func=cmd_preview)
 
+    p = sub.add_parser("site", help="preview every part of a split site (--stack: its core) "
+                       "as one change, with the order to apply them in")
+    common(p)
+    p.add_argument("--quiet", action="store_true",
+                   help="each part's verdict (its output only when it fails) and the order")
+    p.set_defaults(func=cmd_site)
+
     p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")
     common(p)
     p.set_defaults(func=cmd_check_rendered)
@@ -222,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="8,64,128,256,1024", help="GPU node counts")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs per size; each time reported is the fastest (3)")
+    p.add_argument("--split-sizes", default="256,2048",
+                   help="GPU node slots of the split sites whose parts are previewed ('' none)")
+    p.add_argument("--whole-up-to", type=int, default=256, metavar="N",
+                   help="preview the whole split site too, up to this size (256)")
     p.add_argument("--synthetic", type=int, default=0, metavar="N",
                    help="instead: a synthetic program registering N ConfigMaps vs the floor")
     p.set_defaults(func=cmd_bench)

@@ -13,6 +13,7 @@ from typing import Any
 
 from .diff import Diff, diff_trees, read_tree
 from .model import Plan, build_plan
+from .normalize import is_secret, whole_floats
 from .policy import (
     PolicyLoadError,
     Violation,
@@ -30,7 +31,7 @@ from .render import (
     rendered_files,
     to_json,
 )
-from .runtime import ProgramFailed, run_program
+from .runtime import OUTPUTS_FILE, ProgramFailed, run_program
 from .stackconfig import StackConfig, StackFileError, load_stack_config
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY = 0, 1, 2, 3
@@ -159,7 +160,8 @@ def render(
             raise RunFailure(str(err)) from None
     t3 = time.perf_counter()
 
-    build: dict[str, str] = {"plan.json": plan_json(plan)}
+    build: dict[str, str] = {"plan.json": plan_json(plan),
+                             OUTPUTS_FILE: outputs_json(result.outputs)}
     build.update({f"manifests/{p}": t for p, t in manifests.items()})
     build.update({f"helm/{p}": t for p, t in helm.items()})
     build.update(artifacts)
@@ -170,6 +172,14 @@ def render(
     report = [str(line) for line in getattr(result.globals.get("cluster"), "report", ())]
     return Rendering(cfg, plan, build, rendered, rendered_docs, violations, levels, warnings,
                      timings, report)
+
+
+def outputs_json(outputs: Mapping[str, Any]) -> str:
+    """The stack's exports as `pulumi stack output --json` shows them (a secret as
+    "[secret]"), with the secret ones named: what a stack reference to this stack reads."""
+    secret = sorted(k for k, v in outputs.items() if is_secret(v))
+    shown = {k: "[secret]" if k in secret else whole_floats(v) for k, v in sorted(outputs.items())}
+    return to_json({"outputs": shown, "secretOutputNames": secret})
 
 
 def write_tree(root: Path, files: Mapping[str, str]) -> None:

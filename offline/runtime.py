@@ -71,6 +71,10 @@ def _provider_urn(ref: str) -> str | None:
     return urn if sep else ref
 
 
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+OUTPUTS_FILE = "outputs.json"
+
+
 class OfflineMocks(_mocks.Mocks):
     """Ids are `<name>-id`; outputs are the inputs plus the outputs programs read in preview.
 
@@ -82,15 +86,35 @@ class OfflineMocks(_mocks.Mocks):
     EXTRA_OUTPUTS: dict[str, dict[str, Any]] = {
         "command:remote:Command": {"stdout": "", "stderr": ""},
         "command:local:Command": {"stdout": "", "stderr": ""},
-        # A referenced stack's outputs are not known offline: the kubeconfig a split stack
-        # reads stands in as a secret placeholder.
-        "pulumi:pulumi:StackReference": {
-            "outputs": {"kubeconfig": "offline-stack-reference-kubeconfig"},
-            "secretOutputNames": ["kubeconfig"],
-        },
     }
 
+    def __init__(self, build_dir: Path | None = None) -> None:
+        self.build_dir = build_dir  # build/: where referenced stacks' outputs are read
+
+    def stack_reference(self, name: str) -> dict[str, Any]:
+        """A referenced stack's outputs as its last offline preview recorded them
+        (`build/<stack>/outputs.json`), standing in for what `pulumi up` left in its state;
+        none when it has no preview. A secret has no value offline: the kubeconfig stands in
+        as one for the API server the stack says it runs (`site.apiEndpoint`)."""
+        path = self.build_dir / name.rpartition("/")[2] / OUTPUTS_FILE if self.build_dir \
+            else None
+        if path is None or not path.is_file():
+            return {"name": name, "outputs": {}, "secretOutputNames": []}
+        recorded = json.loads(path.read_text())
+        outputs = dict(recorded.get("outputs") or {})
+        secret = sorted(recorded.get("secretOutputNames") or [])
+        for key in secret:
+            outputs[key] = f"offline-stack-reference-{key}"
+        if "kubeconfig" in secret:
+            server = (outputs.get("site") or {}).get("apiEndpoint") or "https://offline"
+            outputs["kubeconfig"] = json.dumps({
+                "apiVersion": "v1", "kind": "Config",
+                "clusters": [{"name": "offline-stand-in", "cluster": {"server": server}}]})
+        return {"name": name, "outputs": outputs, "secretOutputNames": secret}
+
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.typ == STACK_REFERENCE:
+            return str(args.inputs.get("name")), self.stack_reference(str(args.inputs["name"]))
         extra = self.EXTRA_OUTPUTS.get(args.typ)
         state = {**extra, **args.inputs} if extra else args.inputs
         return f"{args.name}-id", state
@@ -199,6 +223,7 @@ class ProgramFailed(Exception):
 class RunResult:
     registrations: list[Registration]
     globals: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=dict)  # wire shape: secrets marked
 
 
 def _disabled_providers(config: Mapping[str, str]) -> frozenset[str]:
@@ -238,7 +263,7 @@ def run_program(
 
     loop.set_exception_handler(on_loop_error)
 
-    mocks = OfflineMocks()
+    mocks = OfflineMocks(project_dir / "build")
     monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config))
     pulumi.runtime.set_mocks(
         mocks,
@@ -255,8 +280,10 @@ def run_program(
         program_globals.update(runpy.run_path(str(project_dir / main), run_name="__main__"))
 
     coro = run_pulumi_func(program)
+    outputs: dict[str, Any] = {}
     try:
         loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout else coro)
+        outputs = loop.run_until_complete(_exports())
     except TimeoutError:
         raise ProgramFailed(
             TimeoutError(
@@ -274,4 +301,21 @@ def run_program(
         loop.close()
     if loop_errors:
         raise ProgramFailed(loop_errors[0])
-    return RunResult(monitor.registrations, program_globals)
+    return RunResult(monitor.registrations, program_globals, outputs)
+
+
+async def _exports() -> dict[str, Any]:
+    """What the program exported (`pulumi.export`), resolved, each secret one marked. The mock
+    runtime registers the stack's outputs before the program runs, so they are read from the
+    root stack resource afterwards."""
+    import pulumi
+    from pulumi.runtime.settings import get_root_resource
+
+    root = get_root_resource()
+    found: dict[str, Any] = {}
+    for name, value in sorted(getattr(root, "outputs", {}).items()):
+        output = pulumi.Output.from_input(value)
+        resolved = await output.future()
+        found[name] = {SIG_KEY: SECRET_SIG, "value": resolved} if await output.is_secret() \
+            else resolved
+    return found

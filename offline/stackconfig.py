@@ -83,9 +83,11 @@ def _is_secure(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"secure"}
 
 
-def _identities(project: str, raw: dict[str, Any]) -> dict[str, str]:
-    """secret key → its identity as the config declares it (a key fingerprint, a version)."""
-    cluster = raw.get(f"{project}:cluster", raw.get("cluster"))
+def _identities(project: str, raw: dict[str, Any], site: dict[str, Any] | None = None
+                ) -> dict[str, str]:
+    """secret key → its identity as the config declares it (a key fingerprint, a version); a
+    part of a split site declares them in its core's cluster config (`site`)."""
+    cluster = raw.get(f"{project}:cluster", raw.get("cluster", site))
     creds = cluster.get("credentials") if isinstance(cluster, dict) else None
     if not isinstance(creds, dict):
         return {}
@@ -173,7 +175,8 @@ def _with_declared(project: str, stack: str, raw: dict[str, Any],
 
 
 def build_config(project: str, stack: str, doc: dict[str, Any],
-                 declared: dict[str, Any] | None = None) -> StackConfig:
+                 declared: dict[str, Any] | None = None,
+                 site: dict[str, Any] | None = None) -> StackConfig:
     raw = doc.get("config") or {}
     if not isinstance(raw, dict):
         raise StackFileError("`config:` must be a mapping")
@@ -181,7 +184,7 @@ def build_config(project: str, stack: str, doc: dict[str, Any],
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     placeholders: dict[str, str] = {}
-    identities = _identities(project, raw)
+    identities = _identities(project, raw, site)
     for key in sorted(raw):
         value = raw[key]
         full = key if ":" in key else f"{project}:{key}"
@@ -206,4 +209,20 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
         raise StackFileError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(doc, dict):
         raise StackFileError(f"{path}: top level must be a mapping")
-    return build_config(project, stack, doc, declared)
+    return build_config(project, stack, doc, declared, _site_cluster(project_dir, project, doc))
+
+
+def _site_cluster(project_dir: Path, project: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The cluster config of the core stack a split site's part names (`<project>:site`), which
+    the part reads as its own; None for any other stack, or one the program will refuse."""
+    config = doc.get("config")
+    site = config.get(f"{project}:site") if isinstance(config, dict) else None
+    if not isinstance(site, str):
+        return None
+    core = project_dir / f"Pulumi.{site.rpartition('/')[2]}.yaml"
+    try:
+        cluster = ((yaml.safe_load(core.read_text()) or {}).get("config") or {}).get(
+            f"{project}:cluster")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return cluster if isinstance(cluster, dict) else None

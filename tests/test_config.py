@@ -302,6 +302,9 @@ BAD_INPUTS = [
         "kubernetes.podCidr", ("10.10.128.0/17",), ("network.managementCidr",)),
     bad("rdma-cidr-overlaps-pod-cidr", setting("network.rdmaCidr", "10.244.128.0/17"),
         "network.rdmaCidr", ("10.244.128.0/17",), ("kubernetes.podCidr",)),
+    # nv-ipam's 64 addresses per GPU node and a spare block: 9 x 64 = 576 > a /23's 512.
+    bad("rdma-cidr-too-small-for-the-nodes", setting("network.rdmaCidr", "192.168.0.0/23"),
+        "network.rdmaCidr", ("192.168.0.0/23",), ("8 GPU nodes x 64", "/22 or larger")),
     bad("pod-cidr-with-host-bits", setting("kubernetes.podCidr", "10.244.0.1/16"),
         "kubernetes.podCidr", ("10.244.0.1/16",)),
     bad("join-token-ttl-0", setting("kubernetes.joinTokenTtlMinutes", 0),

@@ -236,11 +236,12 @@ def test_make_verify_fabric_names_the_core_stack_for_a_split_part(tmp_path: Path
     project = copy_repo(tmp_path / "repo")
     (project / ".venv").symlink_to(ROOT / ".venv")
     doc = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
-    for stack, split in (("site-core", {"part": "core"}),
-                         ("site-su1", {"part": "nodes", "sus": [1], "kubernetesStack":
-                                       "organization/gpu-cluster/site-core"})):
-        doc["config"]["gpu-cluster:cluster"]["split"] = split
-        (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    doc["config"]["gpu-cluster:cluster"]["split"] = {
+        "part": "core", "parts": {"site-su1": {"part": "nodes", "sus": [1]}}}
+    (project / "Pulumi.site-core.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    del doc["config"]["gpu-cluster:cluster"]
+    doc["config"]["gpu-cluster:site"] = "organization/gpu-cluster/site-core"
+    (project / "Pulumi.site-su1.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     proc = subprocess.run(["make", "-s", "-o", ".venv/.installed", "verify-fabric",
                            "STACK=site-su1", "DISCOVERED=/dev/null"], cwd=project,
                           capture_output=True, text=True, check=False)

@@ -336,29 +336,35 @@ def test_a_split_stack_without_the_core_kubeconfig_fails_instead_of_using_the_ru
         tmp_path: Path) -> None:
     """A missing stack output is None with get_output, and a provider without a kubeconfig
     reads $KUBECONFIG / ~/.kube/config: the platform would be applied to whatever cluster the
-    runner points at. require_output fails the preview instead."""
+    runner points at. The part's check fails the preview instead."""
     project = copy_repo(tmp_path / "repo")
     core = "organization/gpu-cluster/site-core"
-    write_stack(project, "site-core", put("split", {"part": "core"}))
-    write_stack(project, "site-platform", put("split", {"part": "platform",
-                                                        "kubernetesStack": core}))
-    driver = (
-        "import sys\n"
-        "from offline import runtime\n"
-        "runtime.OfflineMocks.EXTRA_OUTPUTS['pulumi:pulumi:StackReference'] = "
-        "{'outputs': {}, 'secretOutputNames': []}\n"
-        "from offline.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = ["preview", "--stack", "site-platform", "--project-dir", str(project), "--quiet"]
-    proc = subprocess.run([sys.executable, "-c", driver, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0, proc.stdout
-    assert f"{KEY}.split.kubernetesStack: stack {core} has no `kubeconfig` output" in proc.stderr
+    write_stack(project, "site-core", put("split", {"part": "core", "parts": {
+        "site-su1": {"part": "nodes", "sus": [1]}, "site-platform": {"part": "platform"}}}))
+    doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
+    del doc["config"][KEY]
+    doc["config"]["gpu-cluster:site"] = core
+    (project / "Pulumi.site-platform.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ["preview", "--stack", "site-platform", "--quiet"]
+    proc = run_offline(project, *args)
+    assert proc.returncode == 2, proc.stdout
+    assert f"{core} has no outputs: it has not been applied yet" in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    # With the output present the same stack previews.
-    proc = run_offline(project, *args[:3], "--quiet")
-    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    # A core applied without a kubeconfig (its command printed nothing) is refused too.
+    assert run_offline(project, "preview", "--stack", "site-core", "--quiet").returncode == 0
+    outputs = project / "build/site-core/outputs.json"
+    recorded = json.loads(outputs.read_text())
+    recorded["secretOutputNames"].remove("kubeconfig")
+    recorded["outputs"]["kubeconfig"] = ""
+    outputs.write_text(json.dumps(recorded))
+    proc = run_offline(project, *args)
+    assert proc.returncode == 2, proc.stdout
+    assert f"{core} has no `kubeconfig` output: run `pulumi up` on that core stack first" \
+        in proc.stderr
+    # With the core's outputs as it exports them, the same stack previews.
+    run_offline(project, "preview", "--stack", "site-core", "--quiet")
+    proc = run_offline(project, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # ---------------------------------------------------------------- 8. a host moves

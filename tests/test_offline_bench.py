@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from offline.bench import best, scale_gpu_nodes, table
+from offline.bench_split import split_site, split_table
 
 BASE = {"config": {"gpu-cluster:cluster": {
     "inventoryFile": "inventory/prod.csv",
@@ -97,3 +98,33 @@ def test_repeated_runs_report_the_fastest_time_and_the_largest_rss() -> None:
     assert (row["seconds"], row["program"], row["floor"], row["floor_process"]) == (
         2.5, 2.0, 1.0, 1.2)
     assert row["floor_tuned"] is None and row["rss"] == 120.0
+
+
+def test_a_larger_site_gets_an_rdma_range_with_a_block_per_node() -> None:
+    """nv-ipam gives every GPU node 64 RDMA pod addresses (and one spare block)."""
+    base = {"config": {"gpu-cluster:cluster": {
+        **BASE["config"]["gpu-cluster:cluster"], "network": {"rdmaCidr": "192.168.0.0/16"}}}}
+    big = scale_gpu_nodes(base, 2048, free_slots=0)["config"]["gpu-cluster:cluster"]
+    assert big["network"]["rdmaCidr"] == "192.168.0.0/14"  # 2049 blocks x 64 > 2^17
+    small = scale_gpu_nodes(base, 1000)["config"]["gpu-cluster:cluster"]
+    assert small["network"]["rdmaCidr"] == "192.168.0.0/16"
+
+
+def test_a_split_site_lists_one_nodes_part_per_su_in_its_core() -> None:
+    stacks = split_site(scale_gpu_nodes(BASE, 96, free_slots=0))
+    assert list(stacks) == ["whole", "core", "su1", "su2", "su3", "platform", "workloads"]
+    split = stacks["core"]["config"]["gpu-cluster:cluster"]["split"]
+    assert split["parts"]["su2"] == {"part": "nodes", "sus": [2]}
+    # Every other part holds no copy of the config, only its core.
+    assert stacks["su2"]["config"] == {"gpu-cluster:site": "organization/gpu-cluster/core"}
+    assert "split" not in stacks["whole"]["config"]["gpu-cluster:cluster"]
+
+
+def test_split_table_compares_each_part_with_the_whole_site() -> None:
+    rows = [{"slots": n, "sus": n // 32, "stack": s, "seconds": t, "rss": 100.0,
+             "returncode": 0}
+            for n, s, t in [(256, "su1", 2.0), (256, "whole", 8.0), (2048, "su1", 3.0)]]
+    text = split_table(rows)
+    assert "| 256 | 8 | su1 | 2.00 | 100 | 0.25 |" in text
+    assert "| 2048 | 64 | su1 | 3.00 | 100 | - |" in text
+    assert "SU part: time(2048)/time(256) = 1.50 for 8x the site" in text

@@ -220,5 +220,5 @@ def test_two_runs_with_different_hash_seeds_are_byte_identical(tmp_path: Path) -
         trees.append(tree_bytes(project / "build") | {
             "rendered/" + k: v for k, v in tree_bytes(project / "rendered").items()})
     assert trees[0] == trees[1]
-    # build: 10 files + diff.json + runbook.txt + impact.txt; rendered: 15
-    assert len(trees[0]) == 13 + 15
+    # build: 10 files + outputs.json + diff.json + runbook.txt + impact.txt; rendered: 15
+    assert len(trees[0]) == 14 + 15

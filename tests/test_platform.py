@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import ipaddress
 import json
 import re
 import subprocess
@@ -307,8 +308,18 @@ def test_network_operator_images_are_the_releases_own(build):
 
 def test_ip_pool_must_hold_a_block_per_node(raw):
     raw["network"]["rdmaCidr"] = "192.168.0.0/26"  # 64 addresses, 8 nodes need 9 x 64
+    # A config error before anything is registered (not a traceback from the platform layer).
+    with pytest.raises(ConfigError) as info:
+        validate_cluster(raw, REPO)
+    [problem] = info.value.problems
+    assert (problem.path, problem.check) == ("network.rdmaCidr", "address-plan")
+    assert "8 GPU nodes x 64 pod addresses" in problem.message and "/22" in problem.fix
+    # The planner's own guard, for a model that skipped validation.
+    cluster = validate_cluster(prod_raw(), REPO)
+    small = cluster.model_copy(update={"network": cluster.network.model_copy(
+        update={"rdma_cidr": ipaddress.ip_network("192.168.0.0/26")})})
     with pytest.raises(ValueError, match=r"network.rdmaCidr: 192.168.0.0/26 .* 8 GPU nodes"):
-        platform.ip_pool(validate_cluster(raw, REPO))
+        platform.ip_pool(small)
 
 
 # ---------------------------------------------------------------- namespaces, ingress, metrics

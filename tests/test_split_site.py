@@ -5,42 +5,82 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support.project import REPO, run_offline
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from support.project import run_offline
 
+from components.planning import placement
+from components.stack_config import validate_cluster
 from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
+SITE = "gpu-cluster:site"
 CORE = "organization/gpu-cluster/core"
-PARTS = {
-    "core": {"part": "core"},
-    "su1": {"part": "nodes", "sus": [1], "kubernetesStack": CORE},
-    "su2": {"part": "nodes", "sus": [2], "kubernetesStack": CORE},
-    "platform": {"part": "platform", "kubernetesStack": CORE},
-    "workloads": {"part": "workloads", "kubernetesStack": CORE},
+PARTS = {  # the core's split.parts: every other part of the site, by stack
+    "su1": {"part": "nodes", "sus": [1]},
+    "su2": {"part": "nodes", "sus": [2]},
+    "platform": {"part": "platform"},
+    "workloads": {"part": "workloads"},
 }
 
 
-def site(project: Path) -> dict[str, Any]:
+def _host_key(seed: int) -> str:
+    public = Ed25519PrivateKey.from_private_bytes(seed.to_bytes(32, "big")).public_key()
+    raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return raw.decode()
+
+
+def site(project: Path, su2_nodes: int = 0) -> dict[str, Any]:
+    """Prod grown to two SUs (`su2_nodes` more or fewer in SU 2), with what a real site's file
+    has for every host and switch: an inventory (HCA port GUIDs, MACs, pinned host keys) and
+    the switches' host keys."""
     doc = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
-    return scale_gpu_nodes(doc, 64, free_slots=2)  # SU 1: 31 nodes and the SM slot, SU 2: 30
+    doc = scale_gpu_nodes(doc, 64, free_slots=2)  # SU 1: 31 nodes and the SM slot, SU 2: 30
+    doc["config"][KEY]["gpuNodes"]["ranges"][1]["count"] += su2_nodes
+    cluster = validate_cluster(doc["config"][KEY], project)
+    rows = ["hostname,rail,hca,portGuid,managementMac,sshHostKey"]
+    for i, node in enumerate(cluster.nodes):
+        mac = f"5c:25:73:40:{i // 256:02x}:{i % 256:02x}"
+        rows += [f"{node.hostname},{r.index},{r.hca},0x5c2573030040{i:02x}{r.index:02x},{mac},"
+                 f"{_host_key(1000 + i)}" for r in node.rails]
+    (project / "inventory/site.csv").write_text("\n".join(rows) + "\n")
+    switches = sorted(sw.name for sw in placement.plan(cluster).switches)
+    raw = doc["config"][KEY]
+    raw["inventoryFile"] = "inventory/site.csv"
+    raw["fabric"]["switchHostKeys"] = {sw: _host_key(i + 1) for i, sw in enumerate(switches)}
+    return doc
 
 
 def write(project: Path, stack: str, doc: dict[str, Any], split: dict[str, Any] | None) -> None:
+    """Pulumi.<stack>.yaml: the whole config for the core (`split`) or an unsplit stack; for
+    another part only the reference to its core (and the secrets, none offline)."""
     doc = copy.deepcopy(doc)
-    if split is not None:
+    if split is not None and split.get("part") == "core":
         doc["config"][KEY]["split"] = split
+    elif split is not None:
+        del doc["config"][KEY]
+        doc["config"][SITE] = CORE
     (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def write_site(project: Path, doc: dict[str, Any]) -> None:
+    write(project, "core", doc, {"part": "core", "parts": PARTS})
+    for stack, part in PARTS.items():
+        write(project, stack, doc, part)
+    # The site's policy config, which every part is judged with.
+    (project / "policies" / "policy-config.core.json").write_text(
+        (project / "policies" / "policy-config.prod.json").read_text())
 
 
 def resources(project: Path, stack: str, *args: str) -> list[dict[str, Any]]:
     proc = run_offline(project, "preview", "--stack", stack, *args)
-    # Generated sites have no inventory (no SSH host keys): the pack says so with exit 3.
-    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((project / "build" / stack / "plan.json").read_text())["resources"]
 
 
@@ -52,9 +92,9 @@ def names(res: list[dict[str, Any]], type_prefix: str = "") -> set[str]:
 def previews(project: Path) -> dict[str, list[dict[str, Any]]]:
     doc = site(project)
     write(project, "site", doc, None)
-    for stack, split in PARTS.items():
-        write(project, stack, doc, split)
-    return {stack: resources(project, stack) for stack in ["site", *PARTS]}
+    write_site(project, doc)
+    # In the order their data flows: each part reads what the core (and platform) export.
+    return {stack: resources(project, stack) for stack in ["site", "core", *PARTS]}
 
 
 @pytest.mark.slow
@@ -79,11 +119,12 @@ def test_each_part_holds_only_its_share(previews: dict[str, list[dict[str, Any]]
 @pytest.mark.slow
 def test_the_parts_together_are_the_whole_site(previews: dict[str, list[dict[str, Any]]]
                                                ) -> None:
-    plumbing = ("pulumi:pulumi:StackReference", "pulumi:providers:")
+    # A part's provider and the facts its references publish (SiteFacts) are its plumbing.
+    plumbing = ("pulumi:pulumi:StackReference", "pulumi:providers:", "gpucluster:site:")
     whole = {(r["type"], r["name"]) for r in previews["site"]
              if not r["type"].startswith(plumbing)}
     parts = [{(r["type"], r["name"]) for r in previews[p]
-              if not r["type"].startswith(plumbing)} for p in PARTS]
+              if not r["type"].startswith(plumbing)} for p in ["core", *PARTS]]
     # Each nodes stack mints its own tokens from the control plane, so the CA hash command and
     # the KubeadmCluster/Hardware components repeat per stack; everything else is in one part.
     shared = {("command:remote:Command", "ca-cert-hash"),
@@ -95,37 +136,155 @@ def test_the_parts_together_are_the_whole_site(previews: dict[str, list[dict[str
             assert a & b <= shared
 
 
-@pytest.mark.slow
-def test_a_node_added_to_su2_leaves_the_su1_stack_unchanged(project: Path) -> None:
-    doc = site(project)
-    write(project, "core", doc, PARTS["core"])
-    for stack in ("su1", "su2"):
-        write(project, stack, doc, PARTS[stack])
+def site_preview(project: Path) -> subprocess.CompletedProcess[str]:
+    return run_offline(project, "site", "--stack", "core")
+
+
+def diff(project: Path, stack: str) -> list[dict[str, Any]]:
+    return json.loads((project / "build" / stack / "diff.json").read_text())
+
+
+def rendered_site(project: Path) -> None:
+    """The site as applied: every part previewed and its rendering written."""
+    write_site(project, site(project))
+    for stack in ("core", *PARTS):
         resources(project, stack, "--render")
-    bigger = copy.deepcopy(doc)
-    bigger["config"][KEY]["gpuNodes"]["ranges"][1]["count"] += 1
-    # One site config: the change goes into every part's file, the core's too.
-    for stack in ("core", "su1", "su2"):
-        write(project, stack, bigger, PARTS[stack])
-    assert len(resources(project, "su2")) > 0
-    resources(project, "su1")
-    assert json.loads((project / "build/su1/diff.json").read_text()) == []
-    created = {c["name"] for c in json.loads((project / "build/su2/diff.json").read_text())
-               if c["action"] == "create"}
+
+
+def apply_order(project: Path) -> list[str]:
+    """The stacks the site runbook applies, in its order."""
+    runbook = (project / "build/core/site-runbook.txt").read_text()
+    return [line.split("--stack ")[1].split()[0] for line in runbook.splitlines()
+            if "pulumi up --stack" in line]
+
+
+@pytest.mark.slow
+def test_every_part_passes_the_policy_pack(project: Path) -> None:
+    """The workloads part's queues, network attachments and default-deny policies are the
+    platform's, its HCA names the core's fabric's: read through its references."""
+    write_site(project, site(project))
+    proc = site_preview(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for part in ("core", *PARTS):
+        assert f"== {part} (" in proc.stdout
+    assert proc.stdout.count(", 0 mandatory,") == 5, proc.stdout
+    report = json.loads((project / "build/workloads/policy-report.json").read_text())
+    assert not [v for v in report if v["level"] == "mandatory"]
+
+
+@pytest.mark.slow
+def test_a_node_added_to_su2_previews_as_one_ordered_change(project: Path) -> None:
+    rendered_site(project)
+    # One site config: the change is made once, in the core's file (and the inventory).
+    write(project, "core", site(project, +1), {"part": "core", "parts": PARTS})
+    proc = site_preview(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert diff(project, "su1") == []
+    created = {c["name"] for c in diff(project, "su2") if c["action"] == "create"}
     assert "gpu-node-62-kubeadm-join" in created and "gpu-node-62" in created
+    # The core knows the node before it joins.
+    assert apply_order(project) == ["core", "su1", "su2", "platform", "workloads"]
+    assert "gpu-node-62 joins" in (project / "build/core/site-runbook.txt").read_text()
 
 
-@pytest.mark.parametrize(("split", "path"), [
-    ({"part": "nodes", "kubernetesStack": CORE}, "split.sus"),
-    ({"part": "nodes", "sus": [3], "kubernetesStack": CORE}, "split.sus"),
-    ({"part": "platform", "sus": [1], "kubernetesStack": CORE}, "split.sus"),
-    ({"part": "workloads"}, "split.kubernetesStack"),
+@pytest.mark.slow
+def test_a_node_removed_from_su2_is_applied_nodes_before_core(project: Path) -> None:
+    rendered_site(project)
+    write(project, "core", site(project, -1), {"part": "core", "parts": PARTS})
+    proc = site_preview(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Jobs shrink, then the node drains and leaves, then the core forgets its ports.
+    assert apply_order(project) == ["workloads", "platform", "su2", "su1", "core"]
+
+
+@pytest.mark.slow
+def test_a_nodes_part_run_before_its_core_knows_a_new_node_fails_before_any_change(
+        project: Path) -> None:
+    write_site(project, site(project))
+    resources(project, "core")  # what the core last applied: 61 nodes
+    write(project, "core", site(project, +1), {"part": "core", "parts": PARTS})
+    proc = run_offline(project, "preview", "--stack", "su2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not know node(s) gpu-node-62 as configured" in proc.stderr
+    assert "run `pulumi up` on organization/gpu-cluster/core first" in proc.stderr
+    assert not (project / "build/su2").exists()  # nothing rendered, nothing registered
+
+
+def test_a_part_without_its_core_applied_fails_before_any_change(project: Path) -> None:
+    write_site(project, site(project))
+    proc = run_offline(project, "preview", "--stack", "platform")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "organization/gpu-cluster/core has no outputs" in proc.stderr
+
+
+def _without_attachments(outputs: dict[str, Any]) -> None:
+    objects = outputs["platform"]["facts"]["objects"]
+    objects[:] = [o for o in objects if o["kind"] != "NetworkAttachmentDefinition"]
+
+
+def _small_queue(outputs: dict[str, Any]) -> None:
+    for o in outputs["platform"]["facts"]["objects"]:
+        if o["kind"] == "Queue" and o["metadata"]["name"] == "training":
+            o["spec"]["capability"]["nvidia.com/gpu"] = 8
+
+
+def _no_hcas(outputs: dict[str, Any]) -> None:
+    outputs["core"]["facts"]["hcas"] = []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tamper", "rule", "says"), [
+    (_without_attachments, "rdma-network-attachment-exists",
+     "no NetworkAttachmentDefinition training/ib-rail0"),
+    (_small_queue, "gang-fits-queue", "but queue 'training' is capped at 8"),
+    (_no_hcas, "nccl-ib-hca-exists", "cannot be checked"),
 ])
-def test_a_split_that_cannot_work_is_a_config_error(split: dict[str, Any], path: str) -> None:
-    from components.config_types import ConfigError
-    from components.stack_config import validate_cluster
+def test_the_workloads_part_is_judged_by_what_the_other_parts_publish(
+        project: Path, tamper: Any, rule: str, says: str) -> None:
+    """Not a pass for want of facts: what the platform and the core publish decides."""
+    write_site(project, site(project))
+    for stack in ("core", "platform"):
+        resources(project, stack)
+    outputs = {s: json.loads((project / "build" / s / "outputs.json").read_text())["outputs"]
+               for s in ("core", "platform")}
+    tamper(outputs)
+    for s in ("core", "platform"):
+        path = project / "build" / s / "outputs.json"
+        recorded = json.loads(path.read_text())
+        path.write_text(json.dumps({**recorded, "outputs": outputs[s]}))
+    proc = run_offline(project, "preview", "--stack", "workloads")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    report = json.loads((project / "build/workloads/policy-report.json").read_text())
+    found = [v for v in report if v["policy"] == rule and v["level"] == "mandatory"]
+    assert found and says in found[0]["message"], report
 
-    raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][KEY]
-    with pytest.raises(ConfigError) as info:
-        validate_cluster({**raw, "split": split}, REPO)
-    assert [p.path for p in info.value.problems] == [path]
+
+def _new_board(project: Path, host: str) -> None:
+    """The inventory rows of `host` with a new board's port GUIDs, MAC and host key."""
+    path = project / "inventory/site.csv"
+    rows = path.read_text().splitlines()
+    for i, row in enumerate(rows):
+        name, rail, hca, guid, _, _ = row.split(",")
+        if name == host:
+            rows[i] = ",".join([name, rail, hca, guid[:-4] + "beef"[:2] + guid[-2:],
+                                "5c:25:73:99:00:01", _host_key(9999)])
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.slow
+def test_a_replaced_board_previews_core_first_and_its_part_waits_for_the_core(
+        project: Path) -> None:
+    rendered_site(project)
+    _new_board(project, "gpu-node-40")
+    # Run before the core has learned the board: its port GUIDs are not in the SM files yet.
+    proc = run_offline(project, "preview", "--stack", "su2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not know node(s) gpu-node-40 as configured (new, or a replaced board)" \
+        in proc.stderr
+    proc = site_preview(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert diff(project, "su1") == []
+    assert {c["name"] for c in diff(project, "core")} >= {"sm-01-opensm", "sm-02-opensm"}
+    assert apply_order(project) == ["core", "su1", "su2", "platform", "workloads"]
+    runbook = (project / "build/core/site-runbook.txt").read_text()
+    assert "gpu-node-40" in runbook.split("su2 (nodes):")[1]

@@ -228,3 +228,37 @@ def cabled_rails(resources: Any) -> dict[str, dict[int, tuple[list[str], list[st
                     [h for h in hcas if isinstance(h, str)] if is_list(hcas) else [],
                     [s for s in switches if isinstance(s, str)] if is_list(switches) else [])
     return out
+
+
+# ------------------------------------------------------------------ a split site's facts
+
+SITE_FACTS_TYPE = "gpucluster:site:SiteFacts"
+
+
+class Published:
+    """An object another stack of a split site creates, as that stack publishes it (its
+    `facts.objects` output, registered in this stack by the part's SiteFacts component):
+    judged like one of this stack's own resources of that type."""
+
+    def __init__(self, props: Any, facts: Any) -> None:
+        self.resource_type = f"kubernetes:{get(props, 'apiVersion')}:{get(props, 'kind')}"
+        self.props = props
+        self.urn = facts.urn  # findings point at the facts that brought it in
+        self.name = str(get(props, "metadata", "name"))
+
+
+def _site_facts(resources: Any) -> Iterator[Any]:
+    return (r for r in resources if r.resource_type == SITE_FACTS_TYPE)
+
+
+def site_resources(resources: Any) -> list[Any]:
+    """This stack's resources, and the objects the other parts of its site publish."""
+    published = [Published(o, r) for r in _site_facts(resources)
+                 for o in (get(r.props, "facts", "objects") or ())]
+    return [*resources, *published]
+
+
+def published_hcas(resources: Any) -> set[str]:
+    """The HCA names the core part's fabric cables (its `facts.hcas` output)."""
+    return {h for r in _site_facts(resources)
+            for h in (get(r.props, "facts", "hcas") or ()) if isinstance(h, str)}

@@ -19,6 +19,7 @@ from .common import (
     namespace_of,
     pod_gpus,
     pod_templates,
+    site_resources,
 )
 from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
 
@@ -87,7 +88,7 @@ def workload_namespaces_deny_by_default(args: StackValidationArgs,
     """Calico admits all pod traffic until a policy selects the pod: any pod could reach a
     model server's port or a training job's rendezvous. A namespace-wide default deny, then
     one allow per path the stack needs, is the baseline."""
-    denying = {namespace_of(r.props) for r in args.resources
+    denying = {namespace_of(r.props) for r in site_resources(args.resources)
                if r.resource_type == NETWORK_POLICY and _default_deny(r.props)}
     seen: set[str] = set()
     for r in args.resources:

@@ -31,7 +31,9 @@ from .common import (
     pod_gpus,
     pod_interfaces,
     pod_templates,
+    published_hcas,
     rdma_resources,
+    site_resources,
 )
 from .registry import Report, get, resource_rule, stack_rule
 
@@ -90,9 +92,10 @@ def rdma_request_has_network(args: ResourceValidationArgs, report: Report) -> No
 )
 def rdma_network_attachment_exists(args: StackValidationArgs, report: Report) -> None:
     """Multus refuses to start a pod whose attachment is missing; an attachment bound to a
-    different RDMA resource than the pod requests schedules it onto devices it cannot use."""
+    different RDMA resource than the pod requests schedules it onto devices it cannot use. In a
+    split site the attachments are the platform part's, read from its `facts` output."""
     nads: dict[tuple[str, str], Any] = {}
-    for r in args.resources:
+    for r in site_resources(args.resources):  # a split site's attachments are the platform's
         if r.resource_type == "kubernetes:k8s.cni.cncf.io/v1:NetworkAttachmentDefinition":
             nads[(namespace_of(r.props), name_of(r))] = r
     for r in args.resources:
@@ -168,11 +171,11 @@ def nccl_ib_hca_exists(args: StackValidationArgs, report: Report) -> None:
     """A name the nodes do not have drops that rail (NCCL uses what matches, or falls back to
     sockets when nothing does); a prefix without '=' (mlx5_1) also selects mlx5_10/mlx5_11.
     The HCA names come from the fabric's published facts (the switch port descriptions the
-    fabric commands configure)."""
+    fabric commands configure), in a split site's other parts from the core's `facts.hcas`
+    output through their stack reference; a value that cannot be checked for lack of both is
+    reported, not passed."""
     known = {hca for rails in cabled_rails(args.resources).values()
-             for hcas, _ in rails.values() for hca in hcas}
-    if not known:
-        return
+             for hcas, _ in rails.values() for hca in hcas} | published_hcas(args.resources)
     for r in args.resources:
         if r.resource_type not in WORKLOAD_TYPES:
             continue
@@ -181,6 +184,11 @@ def nccl_ib_hca_exists(args: StackValidationArgs, report: Report) -> None:
             if value is None:
                 continue
             who = f"{kind(r.resource_type)} {name_of(r)!r} {path}"
+            if not known:
+                report(f"{who} NCCL_IB_HCA={value!r} cannot be checked: neither this stack's "
+                       "fabric nor a referenced core stack's `facts.hcas` says which HCAs the "
+                       "nodes are cabled with (apply the core part first)", r.urn)
+                continue
             if value.startswith("^"):
                 continue  # an exclusion list cannot name a missing device harmfully
             if not value.startswith("="):

@@ -29,6 +29,7 @@ from .common import (
     pod_templates,
     qty,
     quantity_bytes,
+    site_resources,
 )
 from .registry import Report, get, is_map, resource_rule, stack_rule
 
@@ -130,7 +131,7 @@ QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 def _queue_gpus(args: StackValidationArgs) -> dict[str, float | None]:
     """Each Volcano queue's GPU capability (None: no GPU cap)."""
     caps: dict[str, float | None] = {}
-    for r in args.resources:
+    for r in site_resources(args.resources):  # a split site's queues are the platform's
         if r.resource_type == QUEUE:
             cap = qty(get(r.props, "spec", "capability", GPU))
             caps[name_of(r)] = float(cap) if isinstance(cap, int | float) else None
@@ -146,7 +147,8 @@ def gang_fits_queue(args: StackValidationArgs, report: Report) -> None:
     """Volcano's proportion plugin admits a PodGroup only while the queue's allocated GPUs
     plus the group's minResources stay within the queue's capability: a gang larger than its
     queue stays Pending forever, with GPUs idle. A PodGroup naming a missing queue is refused
-    by Volcano's admission."""
+    by Volcano's admission. In a split site the queues are the platform part's, read from its
+    `facts` output."""
     caps = _queue_gpus(args)
     for r in args.resources:
         if r.resource_type in TRAINING_JOB_TYPES:
