@@ -20,12 +20,13 @@ cluster = build(config, secrets)
 
 pulumi.export("gpuNodes", [n.hostname for n in config.nodes])
 pulumi.export("gpus", config.total_gpus)
-pulumi.export("fabric", {
-    "switches": len(cluster.fabric_plan.switches),
-    "cables": len(cluster.fabric_plan.cables),
-    "bisectionTbps": cluster.fabric_plan.bisection_tbps,
-    "oversubscription": cluster.fabric_plan.oversubscription_text(),
-})
+if cluster.fabric_plan is not None:  # a split site's nodes and workloads parts plan none
+    pulumi.export("fabric", {
+        "switches": len(cluster.fabric_plan.switches),
+        "cables": len(cluster.fabric_plan.cables),
+        "bisectionTbps": cluster.fabric_plan.bisection_tbps,
+        "oversubscription": cluster.fabric_plan.oversubscription_text(),
+    })
 pulumi.export("apiEndpoint", f"https://{endpoint(config)}")
 if config.split is not None and cluster.kubernetes is not None \
         and cluster.kubernetes.stack_kubeconfig is not None:

@@ -58,7 +58,7 @@ class Blueprint:
     """What `build` made: the layer components, the fabric plan and the rendered artifacts."""
 
     cluster: Cluster
-    fabric_plan: FabricPlan
+    fabric_plan: FabricPlan | None  # none in a nodes or workloads part (the core's)
     hardware: Hardware | None
     fabric: InfinibandFabric | None
     kubernetes: KubeadmCluster | None
@@ -116,23 +116,26 @@ Artifacts = dict[str, str]  # relative path under build/<stack>/ -> text
 def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     """Every layer, or one part of a split site (`split`): core (hosts, fabric, control
     plane), nodes (the GPU nodes of some SUs), platform (with storage) or workloads."""
-    fabric_plan = placement.plan(cluster)
+    fabric_plan = placement.plan(cluster) if placement.plans_fabric(cluster) else None
     core = _builds(cluster, "core")
     nodes = _owned_nodes(cluster)
+    # Each node's leaf per rail, for its placement labels: a nodes part names its own.
+    leaves = placement.rail_leaves(fabric_plan) if fabric_plan is not None \
+        else placement.owned_rail_leaves(cluster, nodes)
     site = None
     if cluster.split is not None and cluster.split.part != "core":
         # Every secret waits for the part's references to pass their checks.
         site = site_link.link(cluster, pulumi.get_stack(), nodes)
         secrets = secrets.after(site.ready)
     # The fabric files are the core part's: only it pushes them to the subnet managers.
-    fabric_files = render_fabric_files(fabric_plan) if core else {}
+    fabric_files = render_fabric_files(_planned(fabric_plan)) if core else {}
     artifacts: Artifacts = dict(fabric_files)
 
     hardware, files = _hardware_layer(cluster, secrets, nodes, core)
     artifacts |= files
     fabric = None
     if core:
-        fabric, files = _fabric_layer(cluster, secrets, fabric_plan, fabric_files,
+        fabric, files = _fabric_layer(cluster, secrets, _planned(fabric_plan), fabric_files,
                                       _require(hardware, "the core part prepares its hosts"))
         artifacts |= files
 
@@ -140,7 +143,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     kube = None
     if core or nodes:
         kube, files = _bootstrap_layer(
-            cluster, fabric_plan, _require(hardware, "a part with hosts prepares them"), cp,
+            cluster, leaves, _require(hardware, "a part with hosts prepares them"), cp,
             nodes, core, site.kubeconfig if site else None, fabric)
         artifacts |= files
     provider = kube.provider if kube is not None else None
@@ -150,7 +153,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
 
     plat = store = None
     if _builds(cluster, "platform"):
-        plat, store = _platform_layer(cluster, fabric_plan, provider, cp, kube)
+        plat, store = _platform_layer(cluster, _planned(fabric_plan), provider, cp, kube)
     apps: dict[str, Workload] = {}
     if _builds(cluster, "workloads"):
         apps, files = _workload_layer(cluster, provider, cp, kube, [
@@ -158,6 +161,12 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         artifacts |= files
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())), site)
+
+
+def _planned(fabric_plan: FabricPlan | None) -> FabricPlan:
+    if fabric_plan is None:
+        raise RuntimeError("this part plans no fabric: a bug in placement.plans_fabric")
+    return fabric_plan
 
 
 def _require(component: Hardware | None, why: str) -> Hardware:
@@ -225,7 +234,7 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
     return fabric, artifacts
 
 
-def _bootstrap_layer(cluster: Cluster, fabric_plan: FabricPlan, hardware: Hardware,
+def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardware: Hardware,
                      cp: ControlPlaneHost, nodes: Sequence[GpuNode], core: bool,
                      core_kubeconfig: pulumi.Output[Any] | None,
                      fabric: InfinibandFabric | None) -> tuple[KubeadmCluster, Artifacts]:
@@ -241,7 +250,6 @@ def _bootstrap_layer(cluster: Cluster, fabric_plan: FabricPlan, hardware: Hardwa
                   for h in cluster.control_plane} if core else {}
     reboots = {n.hostname: _planned_reboot(n) for n in nodes}
     kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
-    leaves = placement.rail_leaves(fabric_plan)
     kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
         cluster_name=cluster.name,
         init_host=cp,

@@ -39,7 +39,8 @@ def report_lines(bp: Blueprint) -> list[str]:
     if c.split is not None:
         order.insert(0, f"this stack is the {c.split.part} part of a split site"
                      + (f" (SUs {', '.join(map(str, c.split.sus))})" if c.split.sus else ""))
-    fabric = fabric_report(bp.fabric_plan) if bp.fabric is not None else []
+    fabric = fabric_report(bp.fabric_plan) \
+        if bp.fabric is not None and bp.fabric_plan is not None else []
     return fabric + ["Bring-up order:"] + [f"  {i}. {step}" for i, step in enumerate(order, 1)]
 
 

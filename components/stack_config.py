@@ -52,9 +52,14 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
-    # error too: planned here, before anything is registered, and kept for the program.
+    # error too: planned here, before anything is registered, and kept for the program. A
+    # nodes part names only its own nodes' leaves (the core plans the fabric).
     try:
-        placement.plan(cluster)
+        if placement.plans_fabric(cluster):
+            placement.plan(cluster)
+        elif cluster.split is not None and cluster.split.part == "nodes":
+            placement.owned_rail_leaves(cluster, tuple(
+                n for n in cluster.nodes if n.su in cluster.split.sus))
     except PlanError as err:
         raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
     return cluster
@@ -172,7 +177,8 @@ def _device_names(project: str, key: str) -> list[str]:
 
 def _unknown_devices(cluster: Cluster, devices: Mapping[str, list[str]]) -> list[Problem]:
     """A name that is no device would silently leave that device on the shared password."""
-    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches},
+    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches}
+             if devices.get("switchPasswords") else set(),  # planned only when asked
              "bmcPasswords": {h.hostname for h in cluster.hosts if h.bmc_address is not None}
              | {n.hostname for n in cluster.nodes if n.bmc_address is not None}}
     return [Problem(f"(secret) {PROJECT}:{key}.{name}", name,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from support.project import run_offline
+from support.project import REPO, run_offline
 
 from components.planning import placement
 from components.stack_config import validate_cluster
@@ -288,3 +288,24 @@ def test_a_replaced_board_previews_core_first_and_its_part_waits_for_the_core(
     assert apply_order(project) == ["core", "su1", "su2", "platform", "workloads"]
     runbook = (project / "build/core/site-runbook.txt").read_text()
     assert "gpu-node-40" in runbook.split("su2 (nodes):")[1]
+
+
+@pytest.mark.parametrize(("slots", "rails_per_leaf"), [
+    (48, None),  # SU 2: 16 nodes, 2 rails a leaf (17 slots, had it the SMs' slot: 1)
+    (256, None), (1024, None), (8, 2)])
+def test_a_nodes_part_names_the_leaves_the_whole_plan_cables(slots: int,
+                                                            rails_per_leaf: int | None) -> None:
+    """A nodes part labels its nodes with their leaves without planning the whole fabric:
+    the leaves it names are the ones the core's plan cables, in every SU (the first, with the
+    subnet managers' slot, included), two and three tiers, derived or pinned rails per leaf."""
+    doc = scale_gpu_nodes(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), slots,
+                          free_slots=0)
+    raw = doc["config"][KEY]
+    if rails_per_leaf:
+        raw["fabric"]["railsPerLeaf"] = rails_per_leaf
+    cluster = validate_cluster(raw, REPO)
+    whole = placement.rail_leaves(placement.plan(cluster))
+    for su in sorted({n.su for n in cluster.nodes}):
+        nodes = tuple(n for n in cluster.nodes if n.su == su)
+        assert placement.owned_rail_leaves(cluster, nodes) == {
+            n.hostname: whole[n.hostname] for n in nodes}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 
 from components.config import Cluster
+from components.gpu_nodes import GpuNode
 from components.planning.fabric.model import (
     FabricNode,
     FabricPlan,
@@ -13,7 +14,7 @@ from components.planning.fabric.model import (
     Partition,
     SmHost,
 )
-from components.planning.fabric.planner import plan_fabric
+from components.planning.fabric.planner import leaf_names, plan_fabric
 
 
 def fabric_spec(cluster: Cluster) -> FabricSpec:
@@ -48,15 +49,31 @@ def plan(cluster: Cluster) -> FabricPlan:
     return _PLANS[key]
 
 
+def _fabric_node(n: GpuNode) -> FabricNode:
+    return FabricNode(hostname=n.hostname, su=n.su, slot=n.slot, rack=n.rack,
+                      ports=tuple(HcaPort(rail=r.index, hca=r.hca, port_guid=r.port_guid)
+                                  for r in n.rails))
+
+
+def plans_fabric(cluster: Cluster) -> bool:
+    """Whether this stack needs the whole fabric plan: the core part (its switches and subnet
+    managers) and the platform (its HyperNodes), or an unsplit stack. A nodes part names its
+    nodes' leaves (`owned_rail_leaves`); the workloads part needs neither."""
+    return cluster.split is None or cluster.split.part in ("core", "platform")
+
+
+def owned_rail_leaves(cluster: Cluster, nodes: tuple[GpuNode, ...]
+                      ) -> dict[str, dict[int, str]]:
+    """hostname -> rail -> leaf for `nodes`, as the whole plan's `rail_leaves` gives them,
+    from their SUs alone (tests/test_fabric_planner.py checks the two agree)."""
+    first = min((n.su for n in cluster.nodes), default=0)
+    leaf = leaf_names([_fabric_node(n) for n in nodes], fabric_spec(cluster),
+                      bool(cluster.fabric.subnet_managers), first)
+    return {n.hostname: {r.index: leaf[(n.su, r.index)] for r in n.rails} for n in nodes}
+
+
 def _plan(cluster: Cluster) -> FabricPlan:
-    nodes = [
-        FabricNode(
-            hostname=n.hostname, su=n.su, slot=n.slot, rack=n.rack,
-            ports=tuple(HcaPort(rail=r.index, hca=r.hca, port_guid=r.port_guid)
-                        for r in n.rails),
-        )
-        for n in cluster.nodes
-    ]
+    nodes = [_fabric_node(n) for n in cluster.nodes]
     hosts = {h.hostname: h for h in cluster.hosts}
     sms = [
         SmHost(hostname=sm.host, priority=sm.priority, rack=hosts[sm.host].rack,

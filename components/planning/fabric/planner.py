@@ -246,16 +246,18 @@ class _Wiring:
         self.switches += [(cn, "core", 3, None) for cn in self.top]
 
 
-def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool
+def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool,
+                  first_su: int | None = None
                   ) -> tuple[list[_Leaf], dict[tuple[int, int], _Leaf], dict[int, int]]:
     """Leaves per SU. With subnet-manager hosts the first SU keeps one slot beyond its nodes
     for them (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot): they hang off leaves like any
-    host, so ftree routes them to every switch and to each other."""
+    host, so ftree routes them to every switch and to each other. `first_su`: the site's first
+    SU, when `nodes` are only some of the site's."""
     su_slots: dict[int, int] = {}
     for n in nodes:
         su_slots[n.su] = max(su_slots.get(n.su, 0), n.slot + 1)
-    if sm_slot and su_slots:
-        first = min(su_slots)
+    first = min(su_slots, default=0) if first_su is None else first_su
+    if sm_slot and first in su_slots:
         if su_slots[first] >= spec.half:
             raise PlanError(
                 f"gpuNodes (SU {first})", su_slots[first],
@@ -332,6 +334,16 @@ def _assign_guids(nodes: Sequence[FabricNode], sms: Sequence[SmHost], switch_nam
                 for n in switch_names},
         summary=PlaceholderSummary(len(hca_ph), len(sm_ph), len(sw_ph)),
     )
+
+
+def leaf_names(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool, first_su: int
+               ) -> dict[tuple[int, int], str]:
+    """(SU, rail) -> the leaf `plan_fabric` cables it to, for these nodes' SUs only: a leaf
+    depends on its SU's own slots alone (and, in the site's first SU, on the slot kept for the
+    subnet-manager hosts), so a part owning some SUs names their leaves without planning the
+    whole fabric."""
+    _, leaf_of, _ = _build_leaves(nodes, spec, sm_slot, first_su)
+    return {key: leaf.name for key, leaf in leaf_of.items()}
 
 
 def plan_fabric(
