@@ -183,7 +183,8 @@ def cmd_check_rendered(args: argparse.Namespace) -> int:
 
 
 def cmd_site(args: argparse.Namespace) -> int:
-    return site.preview(Path(args.project_dir).resolve(), args.stack, args.timeout, args.quiet)
+    return site.preview(Path(args.project_dir).resolve(), args.stack, args.timeout, args.quiet,
+                        args.apply)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -242,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--quiet", action="store_true",
                    help="each part's verdict (its output only when it fails) and the order")
+    p.add_argument("--apply", action="store_true",
+                   help="then, when every part previews clean, `pulumi up` each part in that "
+                        "order with the Pulumi CLI, stopping at the first that fails")
     p.set_defaults(func=cmd_site)
 
     p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")

@@ -1,4 +1,5 @@
-"""`python -m offline site --stack <core>`: preview every part of a split site as one change.
+"""`python -m offline site --stack <core> [--apply]`: preview every part of a split site as one
+change, and with `--apply` run `pulumi up` on each part in that order.
 
 The parts are previewed in the order their data flows (the core, the nodes parts, the platform,
 the workloads: each reads what the ones before it export, `build/<stack>/outputs.json`), each
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .preview import EXIT_CONFIG, EXIT_OK
+from .preview import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 
 CLUSTER_KEY = "gpu-cluster:cluster"
 SITE_KEY = "gpu-cluster:site"
@@ -82,7 +84,31 @@ def _pack_args(project: Path, stack: str, core: str) -> str:
     return " --policy-pack policies"
 
 
-def preview(project: Path, core: str, timeout: float, quiet: bool = False) -> int:
+def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: bool
+                  ) -> tuple[int, list[dict[str, Any]], list[str]]:
+    """One part's offline preview in its own process (the Pulumi runtime is process-wide),
+    with this runner: (exit status, its diff, its runbook lines)."""
+    cmd = [sys.executable, "-m", "offline", "preview", "--stack", stack, "--quiet",
+           "--project-dir", str(project), "--timeout", str(timeout)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(RUNNER_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    build = project / "build" / stack
+    ran = proc.returncode in (0, 3)  # 3: mandatory violations, the build written
+    diff = _read_json(build / "diff.json") if ran else []
+    verdict = {0: "ok", 3: "mandatory policy violations"}.get(proc.returncode, "failed")
+    print(f"== {stack} ({part}): {len(diff)} change(s); {verdict}")
+    for line in (proc.stdout + proc.stderr).splitlines() if not quiet or proc.returncode \
+            else ():
+        print(f"   {line}")
+    runbook = (build / "runbook.txt").read_text().splitlines() \
+        if ran and (build / "runbook.txt").is_file() else []
+    return proc.returncode, diff, [ln for ln in runbook if ln.strip()]
+
+
+def preview(project: Path, core: str, timeout: float, quiet: bool = False,
+            apply: bool = False) -> int:
+    """Every part previewed, one runbook; with `apply`, then `pulumi up` on each in order."""
     found = parts(project, core)
     if isinstance(found, str):
         print(f"site: {found}", file=sys.stderr)
@@ -91,25 +117,10 @@ def preview(project: Path, core: str, timeout: float, quiet: bool = False) -> in
     removes = False
     lines: list[str] = []
     for stack, part in found:
-        cmd = [sys.executable, "-m", "offline", "preview", "--stack", stack, "--quiet",
-               "--project-dir", str(project), "--timeout", str(timeout)]
-        # Each part in its own process (the Pulumi runtime is process-wide), with this runner.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(RUNNER_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-        statuses[stack] = proc.returncode
-        build = project / "build" / stack
-        diff = _read_json(build / "diff.json") if proc.returncode in (0, 3) else []
+        statuses[stack], diff, runbook = _preview_part(project, stack, part, timeout, quiet)
         removes = removes or _removes_nodes(diff)
-        verdict = {0: "ok", 3: "mandatory policy violations"}.get(proc.returncode, "failed")
-        print(f"== {stack} ({part}): {len(diff)} change(s); {verdict}")
-        for line in (proc.stdout + proc.stderr).splitlines() if not quiet or proc.returncode \
-                else ():
-            print(f"   {line}")
-        runbook = (build / "runbook.txt").read_text().splitlines() \
-            if proc.returncode in (0, 3) and (build / "runbook.txt").is_file() else []
         lines.append(f"{stack} ({part}):")
-        lines += [f"  {ln}" for ln in runbook if ln.strip()] or ["  no hardware steps"]
+        lines += [f"  {ln}" for ln in runbook] or ["  no hardware steps"]
     order = [s for s, _ in (reversed(found) if removes else found)]
     way = ("removal: the workloads shrink first, the nodes drain and leave, then the core "
            "forgets them" if removes else "the core first, then the nodes parts, the "
@@ -123,4 +134,30 @@ def preview(project: Path, core: str, timeout: float, quiet: bool = False) -> in
         out.write_text("\n".join(site_runbook) + "\n")
     for line in site_runbook[:len(order) + 1] if quiet else site_runbook:
         print(line)
-    return max(statuses.values(), default=EXIT_OK)
+    status = max(statuses.values(), default=EXIT_OK)
+    if not apply:
+        return status
+    if status != EXIT_OK:
+        print(f"site: not applying: the preview of {', '.join(s for s, v in statuses.items() if v)}"
+              " failed or broke a mandatory policy", file=sys.stderr)
+        return status
+    return _apply(project, core, order)
+
+
+def _apply(project: Path, core: str, order: list[str]) -> int:
+    """`pulumi up` on each part in order, stopping at the first that fails: the parts after
+    it would build on a part that is not as planned."""
+    pulumi = shutil.which("pulumi")
+    if pulumi is None:
+        print("site: no pulumi CLI on PATH (`make engine` builds one; its last line is the "
+              "bin directory)", file=sys.stderr)
+        return EXIT_CONFIG
+    for i, stack in enumerate(order):
+        cmd = [pulumi, "up", "--yes", "--stack", stack, *_pack_args(project, stack, core).split()]
+        print(f"site: pulumi {' '.join(cmd[1:])}", flush=True)
+        code = subprocess.run(cmd, cwd=project, check=False).returncode
+        if code != 0:
+            print(f"site: pulumi up --stack {stack} failed (exit {code}); not applied: "
+                  f"{', '.join(order[i + 1:]) or 'none'}", file=sys.stderr)
+            return EXIT_ERROR
+    return EXIT_OK

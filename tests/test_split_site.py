@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +311,28 @@ def test_a_nodes_part_names_the_leaves_the_whole_plan_cables(slots: int,
         nodes = tuple(n for n in cluster.nodes if n.su == su)
         assert placement.owned_rail_leaves(cluster, nodes) == {
             n.hostname: whole[n.hostname] for n in nodes}
+
+
+@pytest.mark.slow
+def test_apply_runs_pulumi_up_part_by_part_and_stops_at_the_first_failure(
+        project: Path, tmp_path: Path) -> None:
+    """`site --apply` after a clean preview. The `pulumi` on PATH is a stand-in that records
+    its arguments and fails for su2 (the real CLI cannot apply the stack here: no build of the
+    command provider)."""
+    write_site(project, site(project))
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pulumi").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *"--stack su2 "*) exit 1 ;; esac\n')
+    (bin_dir / "pulumi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "offline", "site", "--stack", "core",
+                           "--apply", "--quiet", "--project-dir", str(project)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    pack = "--policy-pack policies --policy-pack-config policies/policy-config.core.json"
+    assert calls.read_text().splitlines() == [
+        f"up --yes --stack {s} {pack}" for s in ("core", "su1", "su2")]
+    assert "pulumi up --stack su2 failed (exit 1); not applied: platform, workloads" \
+        in proc.stderr
