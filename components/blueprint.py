@@ -69,22 +69,19 @@ class Blueprint:
     artifacts: dict[str, str] = field(default_factory=dict)
     site: site_link.SiteLink | None = None  # a split part's references to its core (platform)
 
+    # What this part of a split site publishes for the others' policies (`facts` output).
+    published_facts: dict[str, Any] = field(default_factory=dict)
+
     @property
     def site_exports(self) -> dict[str, Any]:
-        """What this part of a split site publishes for the others (`site_facts`)."""
+        """What this part of a split site exports for the others (`site_facts`)."""
         c = self.cluster
         if c.split is None:
             return {}
-        if c.split.part == "core":
-            facts = self.fabric.published_facts if self.fabric is not None else {}
-            return {"site": site_facts.core_site(c),
-                    "facts": {"hcas": site_facts.cabled_hcas(facts)}}
-        exports: dict[str, Any] = {"site": site_facts.part_site(c, self.owned_nodes)}
-        if c.split.part == "platform":
-            exports["facts"] = site_facts.platform_facts([
-                *platform.queues(c), *platform.network_policies(c),
-                *platform.network_attachments(c, platform.training_namespaces(c))])
-        return exports
+        site = site_facts.core_site(c) if c.split.part == "core" \
+            else site_facts.part_site(c, self.owned_nodes)
+        return {"site": site} | ({"facts": self.published_facts} if self.published_facts
+                                 else {})
 
     @property
     def report(self) -> list[str]:
@@ -130,6 +127,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     # The fabric files are the core part's: only it pushes them to the subnet managers.
     fabric_files = render_fabric_files(_planned(fabric_plan)) if core else {}
     artifacts: Artifacts = dict(fabric_files)
+    published: dict[str, Any] = {}
 
     hardware, files = _hardware_layer(cluster, secrets, nodes, core)
     artifacts |= files
@@ -138,6 +136,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         fabric, files = _fabric_layer(cluster, secrets, _planned(fabric_plan), fabric_files,
                                       _require(hardware, "the core part prepares its hosts"))
         artifacts |= files
+        published = {"hcas": site_facts.cabled_hcas(fabric.published_facts)}
 
     cp = _control_plane_host(cluster, secrets, hardware)
     kube = None
@@ -153,14 +152,16 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
 
     plat = store = None
     if _builds(cluster, "platform"):
-        plat, store = _platform_layer(cluster, _planned(fabric_plan), provider, cp, kube)
+        plat, store, published = _platform_layer(cluster, _planned(fabric_plan), provider, cp,
+                                                 kube)
     apps: dict[str, Workload] = {}
     if _builds(cluster, "workloads"):
         apps, files = _workload_layer(cluster, provider, cp, kube, [
             r for r in (store, plat) if r is not None])
         artifacts |= files
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
-                     dict(sorted(artifacts.items())), site)
+                     dict(sorted(artifacts.items())), site,
+                     published if cluster.split is not None else {})
 
 
 def _planned(fabric_plan: FabricPlan | None) -> FabricPlan:
@@ -295,17 +296,20 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
 
 def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
                     cp: ControlPlaneHost, kube: KubeadmCluster | None
-                    ) -> tuple[Platform, Storage]:
-    """The platform releases and their objects, then the Lustre volumes."""
+                    ) -> tuple[Platform, Storage, dict[str, Any]]:
+    """The platform releases and their objects, then the Lustre volumes; and the objects a
+    split site's workloads part judges against (`site_facts.platform_facts`)."""
     after_kube = [kube] if kube is not None else []
     with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
               / "kustomization.yaml") as f:
         platform.check_training_operator_dir(f.read(),
                                              cluster.platform.training_operator.version)
+    queues, policies = platform.queues(cluster), platform.network_policies(cluster)
+    attachments = platform.network_attachments(cluster, platform.training_namespaces(cluster))
     plat = Platform("platform", PlatformArgs(
         provider=provider,
         namespaces=platform.namespaces(cluster),
-        network_policies=platform.network_policies(cluster),
+        network_policies=policies,
         admission_policies=platform.rdma_pod_policy(cluster),
         access_bindings=platform.access_bindings(cluster),
         releases=platform.helm_releases(cluster),
@@ -314,10 +318,9 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
             "cert-manager": platform.cert_manager_objects(cluster),
             "network-operator": [platform.nic_cluster_policy(cluster),
                                  platform.ip_pool(cluster)],
-            "volcano": platform.queues(cluster) + platform.hypernodes(fabric_plan),
+            "volcano": queues + platform.hypernodes(fabric_plan),
         },
-        network_attachments=platform.network_attachments(
-            cluster, platform.training_namespaces(cluster)),
+        network_attachments=attachments,
         training_operator_dir=platform.TRAINING_OPERATOR_DIR,
         priority_classes=platform.priority_classes(),
         wait_connection=cp.connection,
@@ -326,7 +329,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
         provider=provider, csi_driver=storage.csi_driver_objects(cluster),
         volumes=storage.volumes(cluster), depends_on=list(plat.namespaces.values())),
         pulumi.ResourceOptions(depends_on=after_kube))
-    return plat, store
+    return plat, store, site_facts.platform_facts([*queues, *policies, *attachments])
 
 
 def _workload_layer(cluster: Cluster, provider: Any, cp: ControlPlaneHost,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -105,13 +105,10 @@ class Secrets:
         def gate(value: Any) -> Any:
             return pulumi.Output.all(ready, value).apply(lambda v: v[1])
 
-        return Secrets(
-            **{f: gate(getattr(self, f)) for f in ("ssh_private_key", "bmc_password",
-                                                   "switch_password", "fabric_m_key",
-                                                   "fabric_sm_key", "fabric_sa_key")},
-            switch_passwords=MappingProxyType({k: gate(v) for k, v in
-                                               self.switch_passwords.items()}),
-            bmc_passwords=MappingProxyType({k: gate(v) for k, v in self.bmc_passwords.items()}))
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Secrets(**{name: MappingProxyType({k: gate(v) for k, v in value.items()})
+                          if isinstance(value, Mapping) else gate(value)  # per device
+                          for name, value in values.items()})
 
 
 def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:

@@ -50,7 +50,9 @@ def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int
     with tempfile.TemporaryDirectory(prefix="offline-bench-split-") as tmp:
         for n in sizes:
             dst = Path(tmp) / f"n{n}"
-            stacks = split_site(scale_gpu_nodes(base, n))
+            doc = scale_gpu_nodes(base, n)
+            sus = len({r["su"] for r in doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]})
+            stacks = split_site(doc)
             _bench_project(project, dst, stacks["whole"])
             for name, doc in stacks.items():
                 (dst / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -60,7 +62,7 @@ def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int
                 run: Sample = _preview(dst, name)
                 rows.append({"slots": n, "stack": name, "seconds": run.seconds,
                              "rss": run.max_rss_mib, "returncode": run.returncode,
-                             "sus": len(stacks) - 4})
+                             "sus": sus})
                 print(f"  {n} slots, {name}: {run.seconds:.1f}s (exit {run.returncode})",
                       file=sys.stderr)
                 if run.returncode not in (0, 3):  # 3: mandatory violations, a full run too

@@ -89,13 +89,14 @@ def _render(project: Path, args: argparse.Namespace, policy_config: Path | None 
         return EXIT_ERROR
 
 
-def _policy_config(project: Path, args: argparse.Namespace) -> Path | None:
-    """The policy config to judge with, saying where it comes from when not the stack's own."""
+def _policy_config(project: Path, args: argparse.Namespace, core: str | None) -> Path | None:
+    """The policy config to judge with, saying where it comes from when not the stack's own;
+    `core`: the core stack of the split site this stack is a part of."""
     if args.policy_config:
         return Path(args.policy_config)
     own = project / "policies" / f"policy-config.{args.stack}.json"
     theirs = project / "policies" / f"policy-config.{args.baseline}.json"
-    site_config = site.policy_config(project, args.stack)
+    site_config = site.policy_config(project, core) if core else None
     if own.is_file() or args.policy_pack:
         return None  # the stack's own, or the given pack's
     if site_config:
@@ -123,7 +124,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
               f"(make render STACK={args.baseline})", file=sys.stderr)
         return EXIT_CONFIG
-    policy_config = _policy_config(project, args)
+    core = site.core_of(project, args.stack)  # a split site's part: its core, else None
+    policy_config = _policy_config(project, args, core)
     r = _render(project, args, policy_config)
     if isinstance(r, int):
         return r
@@ -133,7 +135,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
     new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
     # A split site's fabric is its core's: that is the stack its checks name.
-    steps = runbook(diff, site.core_of(project, args.stack) or args.stack, new_inputs)
+    steps = runbook(diff, core or args.stack, new_inputs)
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     verdict = impact(diff, new_inputs)
     (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")

@@ -68,11 +68,10 @@ def core_of(project: Path, stack: str) -> str | None:
     return site.rpartition("/")[2] if isinstance(site, str) else None
 
 
-def policy_config(project: Path, stack: str) -> Path | None:
-    """The site's policy config (its core's) for a part of a split site, when it has one."""
-    core = core_of(project, stack)
-    found = project / "policies" / f"policy-config.{core}.json" if core else None
-    return found if found is not None and found.is_file() else None
+def policy_config(project: Path, core: str) -> Path | None:
+    """The site's policy config (its core's), when it has one."""
+    found = project / "policies" / f"policy-config.{core}.json"
+    return found if found.is_file() else None
 
 
 def _pack_args(project: Path, stack: str, core: str) -> str:
