@@ -387,7 +387,7 @@ def _control_plane_host(cluster: Cluster, secrets: Secrets,
 def _kubernetes_upgrade(cluster: Cluster, nodes: Sequence[GpuNode],
                         core: bool) -> KubernetesUpgrade:
     """The upgrade commands this stack runs: the control planes (only where it inits the
-    cluster), its GPU nodes in batches."""
+    cluster), its GPU nodes in batches, one lane per SU."""
     first = cluster.control_plane[0].hostname
     control_planes = {h.hostname: upgrade.control_plane_script(cluster, h.hostname,
                                                                h.hostname == first)
@@ -395,8 +395,8 @@ def _kubernetes_upgrade(cluster: Cluster, nodes: Sequence[GpuNode],
     # Nodes being decommissioned too: still members until removed, and a second drain of a
     # drained node is a no-op.
     workers = [n.hostname for n in nodes]
-    batches = upgrade.batches(workers, cluster.kubernetes.upgrade_batch)
-    batch_of = {h: b for b in batches for h in b}
+    batches = upgrade.batches({n.hostname: n.su for n in nodes}, cluster.kubernetes.upgrade_batch)
+    batch_of = {h: b for lane in batches.values() for b in lane for h in b}
     return KubernetesUpgrade(
         control_planes=control_planes,
         drains={h: upgrade.drain_script(cluster, h, batch_of[h]) for h in workers},

@@ -47,13 +47,14 @@ class PlannedReboot:
 class KubernetesUpgrade:
     """kubeadm's upgrade as commands (components/planning/upgrade.py), each a no-op where the
     packages already are at the target: the control planes in order, then the GPU nodes in
-    batches, each drained (control plane), upgraded (node) and uncordoned (control plane)."""
+    batches, one lane of batches per SU, each node drained (control plane), upgraded (node)
+    and uncordoned (control plane)."""
 
     control_planes: dict[str, str]  # host -> script; the init host is first
     drains: dict[str, str]
     nodes: dict[str, str]
     uncordons: dict[str, str]
-    batches: list[tuple[str, ...]]
+    batches: dict[int, list[tuple[str, ...]]]  # SU -> its batches, in order
 
 
 @dataclass(frozen=True)
@@ -239,19 +240,27 @@ class KubeadmCluster(pulumi.ComponentResource):
 
     def _upgrade_nodes(self, args: KubeadmClusterArgs,
                        cp: ControlPlaneHost) -> dict[str, command.remote.Command]:
-        """Each batch of GPU nodes after the control planes and the batch before it: drained
-        on the control plane, upgraded on the node, uncordoned on the control plane."""
+        """Each batch of GPU nodes after the control planes and the batch before it in its
+        SU's lane (the lanes side by side): drained on the control plane, upgraded on the
+        node, uncordoned on the control plane."""
         if args.upgrade is None:
             return {}
         up = args.upgrade
-        previous: list[Any] = list(self.control_plane_upgrades.values())
         done: dict[str, command.remote.Command] = {}
-        for batch in up.batches:
+        for lane in up.batches.values():
+            self._upgrade_lane(up, args.workers, cp, lane, done)
+        return done
+
+    def _upgrade_lane(self, up: KubernetesUpgrade, workers: dict[str, BareMetalNode],
+                      cp: ControlPlaneHost, lane: list[tuple[str, ...]],
+                      done: dict[str, command.remote.Command]) -> None:
+        previous: list[Any] = list(self.control_plane_upgrades.values())
+        for batch in lane:
             finished = []
             for host in batch:
                 if host not in self.members:
                     continue
-                node = args.workers[host]
+                node = workers[host]
                 drain = remote_command(
                     f"{host}-upgrade-drain", connection=cp.connection,
                     create=f"sudo bash -c {shlex.quote(up.drains[host])}",
@@ -267,7 +276,6 @@ class KubeadmCluster(pulumi.ComponentResource):
                     create=f"sudo bash -c {shlex.quote(up.uncordons[host])}",
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[done[host]])))
             previous = finished or previous
-        return done
 
     def _read_secret(self, name: str, cp: ControlPlaneHost, create: str,
                      triggers: list[Any] | None = None) -> command.remote.Command:

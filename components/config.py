@@ -193,7 +193,8 @@ class Kubernetes(Model):
     cluster_domain: str = "cluster.local"
     control_plane_endpoint: ControlPlaneEndpoint = ControlPlaneEndpoint()
     join_token_ttl_minutes: int = Field(60, ge=5, le=1440)
-    # GPU nodes drained and upgraded together in a Kubernetes upgrade (capacity out at once).
+    # GPU nodes drained and upgraded together in a Kubernetes upgrade, per SU: the SUs upgrade
+    # side by side (capacity out at once: this many nodes in every SU).
     upgrade_batch: int = Field(1, ge=1)
     kubelet: Kubelet = Kubelet()
     encryption_at_rest: bool = True

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,9 +204,50 @@ def _bench_project(src: Path, dst: Path, doc: dict[str, Any]) -> None:
     (dst / f"Pulumi.{BENCH_STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def _resources(project: Path) -> int:
-    plan = json.loads((project / "build" / BENCH_STACK / "plan.json").read_text())
-    return int(plan["summary"]["total"])
+def _plan(project: Path) -> dict[str, Any]:
+    return dict(json.loads((project / "build" / BENCH_STACK / "plan.json").read_text()))
+
+
+# Why each resource a GPU node brings exists (by the name it takes after the hostname).
+PER_NODE = {
+    "": "BareMetalNode: the component that groups the host's resources (no engine step)",
+    "-prepare": "host preparation (drivers, DOCA-OFED, kernel arguments, LNet, scratch RAID)",
+    "-ssh-keys": "the authorized keys the stack manages, so a key rotation re-runs only this",
+    "-bmc": "Redfish power and boot settings, through the BMC (not the host)",
+    "-join-token": "a short-lived token for this join alone: adding a node touches no other",
+    "-kubeadm-join": "the join; its delete resets the host, only after the drain",
+    "-member": "membership on the control plane; its delete drains the node first",
+    "-placement": "the fabric placement labels (SU, rack, rails' leaves) kubelets cannot set",
+    "-reboot-check": "planned reboot: does the boot still lack what preparation staged",
+    "-reboot-drain": "planned reboot: drain on the control plane (the reboot lock)",
+    "-reboot": "planned reboot: the reboot on the node",
+    "-reboot-wait": "planned reboot: wait for the new boot and check it",
+    "-reboot-uncordon": "planned reboot: uncordon on the control plane, release the lock",
+    "-upgrade-drain": "Kubernetes upgrade: drain on the control plane, gangs waited for",
+    "-kubernetes-upgrade": "Kubernetes upgrade: kubeadm upgrade node, kubelet on the node",
+    "-upgrade-uncordon": "Kubernetes upgrade: uncordon on the control plane",
+}
+
+
+def per_node(plan: Mapping[str, Any], hosts: Iterable[str]) -> dict[str, float]:
+    """Resources per GPU node by what they are for (PER_NODE's suffixes; "other" for any
+    resource named after a GPU node that the table does not know)."""
+    hosts = set(hosts)
+    counts = dict.fromkeys([*PER_NODE, "other"], 0)
+    for r in plan["resources"]:
+        name = str(r["name"])
+        host = next((h for h in (name, name.rsplit("-", 1)[0], name.rsplit("-", 2)[0],
+                                 name.rsplit("-", 3)[0]) if h in hosts), None)
+        if host is not None:
+            suffix = name[len(host):]
+            counts[suffix if suffix in PER_NODE else "other"] += 1
+    return {k: v / max(len(hosts), 1) for k, v in counts.items() if v}
+
+
+def _hosts(doc: dict[str, Any]) -> list[str]:
+    return [f"{r['prefix']}{int(r.get('start', 0)) + i:0{int(r.get('digits', 2))}d}"
+            for r in doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]
+            for i in range(int(r["count"]))]
 
 
 def _gpu_nodes(doc: dict[str, Any]) -> int:
@@ -225,16 +266,19 @@ def bench_sizes(project: Path, stack: str, sizes: list[int], repeat: int = 1,
             _bench_project(project, dst, doc)
             runs = []
             count = 0
+            breakdown: dict[str, float] = {}
             for _ in range(repeat):  # interleaved, so a slow spell hits all three alike
                 run = _preview(dst, BENCH_STACK)
                 if run.returncode not in (0, 3):  # 3 = mandatory violations: a full run too
                     raise SystemExit(f"{n} nodes: preview failed (exit {run.returncode}):\n"
                                      f"{run.output[-3000:]}")
-                count = count or _resources(dst)  # the same plan every run
+                if not count:  # the same plan every run
+                    plan = _plan(dst)
+                    count, breakdown = int(plan["summary"]["total"]), per_node(plan, _hosts(doc))
                 floor = _floor(count, Path(tmp))
                 tuned = _floor(count, Path(tmp), collector_of=project)
                 runs.append(_row(n, count, run, floor, tuned))
-            row = best(runs) | {"gpu_nodes": _gpu_nodes(doc)}
+            row = best(runs) | {"gpu_nodes": _gpu_nodes(doc), "per_node": breakdown}
             rows.append(row)
             print(f"  {n} nodes: {count} resources, program {row['program']:.1f}s "
                   f"(floor {row['floor']:.1f}s), preview {row['seconds']:.1f}s",
@@ -304,6 +348,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"time(1024)/time(128) = {t:.2f} (program {b['program'] / a['program']:.2f}) "
                      f"for {n:.2f}x the resources "
                      f"(scaling exponent {math.log(t) / math.log(n):.2f}; 1.00 = linear)")
+    largest = max((r for r in rows if r.get("per_node")), key=lambda r: r["resources"],
+                  default=None)
+    if largest is not None:
+        lines += ["", f"Resources per GPU node at {largest['gpu_nodes']} nodes "
+                      f"({sum(largest['per_node'].values()):.1f}):", "",
+                  "| resource | per node | why |", "|---|---:|---|"]
+        lines += [f"| `<host>{k}` | {v:.2f} | {PER_NODE.get(k, 'not in the table')} |"
+                  for k, v in largest["per_node"].items()]
     return "\n".join(lines)
 
 

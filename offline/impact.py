@@ -24,7 +24,7 @@ from .runbook import (
     rebooted_hosts,
     secret_rotations,
     switch_changes,
-    upgrade_batches,
+    upgrade_lanes,
     upgrade_refused,
     upgraded_control_planes,
 )
@@ -60,7 +60,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     upgrade = kubernetes_upgrade(changes)
     # An upgrade `pulumi up` runs (not one the skew policy refuses), batch by batch.
     upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
-    batches = upgrade_batches(new_inputs) if upgrading else []
+    lanes = upgrade_lanes(new_inputs) if upgrading else {}
     rotations = secret_rotations(changes, new_inputs)
     jobs = [c for c in changes if c.type in JOB_TYPES]
     tests = {c.name for c in jobs if _acceptance_test(c.urn, new_inputs)}
@@ -81,7 +81,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
         old_version, new_version, _ = upgrade
         lines.append(f"  Kubernetes {old_version} -> {new_version}: " + (
             "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
-            f"{batch_words(batches)}, each drained" if upgrading
+            f"{batch_words(lanes)}, each drained" if upgrading
             else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))
     moved = work.existing_links_moved
     lines.append(
@@ -97,7 +97,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if upgrading:
         # Every member, in turn, for its kubelet (the GPU nodes by batch, after the control
         # plane).
-        drained = sorted(set(drained) | {h for b in batches for h in b}
+        drained = sorted(set(drained) | {h for lane in lanes.values() for b in lane for h in b}
                          | set(upgraded_control_planes(changes)))
     lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
                  + (", each in turn for the upgrade" if upgrading and drained else ""))

@@ -201,14 +201,29 @@ def _other_than_version(change: Change) -> bool:
 
 
 _BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
+_SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"  # components/planning/labels.py
 
 
-def upgrade_batches(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[list[str]]:
-    """The GPU-node batches of the upgrade, in order, as the drain scripts carry them."""
-    batches = {tuple(m.group(1).split()) for urn, inputs in (new_inputs or {}).items()
+def upgrade_lanes(new_inputs: Mapping[str, Mapping[str, Any]] | None
+                  ) -> dict[str, list[list[str]]]:
+    """The GPU-node batches of the upgrade, per SU (a lane: its batches in order, the lanes
+    side by side), as the drain scripts and the nodes' placement labels carry them."""
+    inputs = new_inputs or {}
+    su_of = {str(meta.get("name")): str((meta.get("labels") or {}).get(_SU_LABEL, ""))
+             for urn, i in inputs.items() if urn.endswith("-placement")
+             for meta in [i.get("metadata") or {}]}
+    batches = {tuple(m.group(1).split()) for urn, i in inputs.items()
                if urn.endswith("-upgrade-drain")
-               if (m := _BATCH.search(str(inputs.get("create", ""))))}
-    return [list(b) for b in sorted(batches)]
+               if (m := _BATCH.search(str(i.get("create", ""))))}
+    lanes: dict[str, list[list[str]]] = {}
+    for batch in sorted(batches):
+        lanes.setdefault(su_of.get(batch[0], ""), []).append(list(batch))
+    return dict(sorted(lanes.items(), key=lambda kv: _su_order(kv[0])))
+
+
+def _su_order(su: str) -> tuple[int, str]:
+    digits = su.removeprefix("su")
+    return (int(digits), su) if digits.isdigit() else (-1, su)
 
 
 def upgraded_control_planes(changes: Iterable[Change]) -> list[str]:
@@ -218,9 +233,22 @@ def upgraded_control_planes(changes: Iterable[Change]) -> list[str]:
     return sorted(h for h in _hosts(changes, "-kubernetes-upgrade", "update") if h not in nodes)
 
 
-def batch_words(batches: list[list[str]]) -> str:
-    size = max((len(b) for b in batches), default=1)
-    return "one at a time" if size == 1 else f"{size} at a time"
+def batch_words(lanes: Mapping[str, list[list[str]]]) -> str:
+    size = max((len(b) for lane in lanes.values() for b in lane), default=1)
+    words = "one at a time" if size == 1 else f"{size} at a time"
+    return words + (f" in each SU, the {len(lanes)} SUs side by side" if len(lanes) > 1 else "")
+
+
+def _lane_order(lanes: Mapping[str, list[list[str]]]) -> str:
+    """`a, then b, …` for one lane; `su1: …; su2: …` for several (two shown, the rest counted)."""
+    def order(lane: list[list[str]]) -> str:
+        return ", then ".join(" + ".join(b) for b in lane[:4]) + (
+            f", … ({len(lane)} batches)" if len(lane) > 4 else "")
+    if len(lanes) == 1:
+        return order(next(iter(lanes.values())))
+    shown = list(lanes.items())[:2]
+    return "; ".join(f"{su}: {order(lane)}" for su, lane in shown) + (
+        f"; … ({len(lanes)} SUs)" if len(lanes) > len(shown) else "")
 
 
 def _upgrade_steps(old: str, new: str, pkg: str,
@@ -243,7 +271,7 @@ def _upgrade_steps(old: str, new: str, pkg: str,
                  "plane")
     others = sorted(h for h in upgraded if h != first and f"{h}-upgrade-drain" not in names
                     and f"{h}-kubeadm-join" in names)
-    batches = upgrade_batches(new_inputs)
+    lanes = upgrade_lanes(new_inputs)
     steps = [
         f"Kubernetes upgrade {old} -> {new} (packages {pkg}): `pulumi up` runs kubeadm's "
         "upgrade, in this order; every step is a no-op where a host already runs the target. "
@@ -257,11 +285,10 @@ def _upgrade_steps(old: str, new: str, pkg: str,
     if others:
         steps.append(f"kubeadm upgrade node on each further control plane, one at a time "
                      f"({', '.join(others)}), each then drained for its kubelet and kubectl")
-    if batches:
-        order = ", then ".join(" + ".join(b) for b in batches[:4]) + (
-            f", … ({len(batches)} batches)" if len(batches) > 4 else "")
+    if lanes:
         steps.append(
-            f"the GPU nodes {batch_words(batches)} (kubernetes.upgradeBatch): {order}. Each "
+            f"the GPU nodes {batch_words(lanes)} (kubernetes.upgradeBatch): "
+            f"{_lane_order(lanes)}. Each "
             "is drained from the control plane (PodDisruptionBudgets hold an eviction back; "
             "a running gang job on the batch and other nodes is waited for, up to "
             f"{GANG_WAIT_S // 3600} h, never split), gets kubeadm upgrade node and its kubelet and "

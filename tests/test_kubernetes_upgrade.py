@@ -20,7 +20,9 @@ from support.sandbox import Sandbox, unavailable
 
 from components.config import Cluster
 from components.planning import upgrade
+from components.planning.labels import SU_LABEL
 from components.stack_config import validate_cluster
+from offline.runbook import batch_words, upgrade_lanes
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "gpu-cluster:cluster"
@@ -199,9 +201,20 @@ def test_a_batch_never_splits_a_running_gang_job(sandbox_root: Path) -> None:
 
 
 def test_upgrade_batches_follow_the_config() -> None:
-    nodes = [f"gpu-node-{i:02d}" for i in (3, 0, 2, 1, 4)]
-    assert upgrade.batches(nodes, 2) == [("gpu-node-00", "gpu-node-01"),
-                                         ("gpu-node-02", "gpu-node-03"), ("gpu-node-04",)]
+    nodes = {f"gpu-node-{i:02d}": 1 for i in (3, 0, 2, 1, 4)}
+    assert upgrade.batches(nodes, 2) == {1: [("gpu-node-00", "gpu-node-01"),
+                                             ("gpu-node-02", "gpu-node-03"), ("gpu-node-04",)]}
+
+
+def test_each_su_is_a_lane_of_its_own() -> None:
+    """Batches never mix SUs, and every SU's lane starts with its own first batch: the
+    longest chain of upgrade commands is one SU's (at most 32 nodes), whatever the site."""
+    su_of = {f"gpu-node-{i:03d}": 1 + i // 32 for i in range(64)}
+    lanes = upgrade.batches(su_of, 3)
+    assert list(lanes) == [1, 2]
+    assert lanes[2][0] == ("gpu-node-032", "gpu-node-033", "gpu-node-034")
+    assert all({su_of[h] for b in lanes[su] for h in b} == {su} for su in lanes)
+    assert max(len(lane) for lane in lanes.values()) == 11  # ceil(32 / 3)
 
 
 # ---------------------------------------------------------------- the preview
@@ -247,3 +260,19 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
     assert f"kubeadm upgrade apply -y v{new} on {CP}" in steps
     assert "gpu-node-00, then gpu-node-01" in steps
 
+
+
+def test_the_runbook_reads_one_lane_per_su() -> None:
+    """The runbook and the impact read the lanes from what the stack renders: each drain's
+    batch, each node's SU label; SUs in numeric order (su2 before su10)."""
+    inputs: dict[str, dict[str, object]] = {}
+    for su, hosts in (("su10", ["gpu-node-288", "gpu-node-289"]),
+                      ("su2", ["gpu-node-032", "gpu-node-033"])):
+        for h in hosts:
+            inputs[f"urn::{h}-placement"] = {"metadata": {"name": h, "labels": {SU_LABEL: su}}}
+            inputs[f"urn::{h}-upgrade-drain"] = {"create": f'x\nBATCH="{h}"\ny'}
+    lanes = upgrade_lanes(inputs)
+    assert lanes == {"su2": [["gpu-node-032"], ["gpu-node-033"]],
+                     "su10": [["gpu-node-288"], ["gpu-node-289"]]}
+    assert batch_words(lanes) == "one at a time in each SU, the 2 SUs side by side"
+    assert batch_words({"su1": lanes["su2"]}) == "one at a time"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from offline.bench import best, scale_gpu_nodes, table
+from offline.bench import best, per_node, scale_gpu_nodes, table
 from offline.bench_split import split_site, split_table
 
 BASE = {"config": {"gpu-cluster:cluster": {
@@ -128,3 +128,15 @@ def test_split_table_compares_each_part_with_the_whole_site() -> None:
     assert "| 256 | 8 | su1 | 2.00 | 100 | 0.25 |" in text
     assert "| 2048 | 64 | su1 | 3.00 | 100 | - |" in text
     assert "SU part: time(2048)/time(256) = 1.50 for 8x the site" in text
+
+
+def test_resources_per_node_are_counted_by_what_they_are_for() -> None:
+    """Each GPU node's resources by name after the hostname; anything named after a node that
+    the table does not explain is counted as "other", so a new per-node resource shows."""
+    plan = {"resources": [{"name": n} for n in (
+        "gpu-node-00", "gpu-node-00-prepare", "gpu-node-00-reboot", "gpu-node-00-reboot-wait",
+        "gpu-node-01", "gpu-node-01-kubernetes-upgrade", "gpu-node-01-new-thing", "spine-01",
+        "gpu-node-010-prepare")]}
+    assert per_node(plan, ["gpu-node-00", "gpu-node-01"]) == {
+        "": 1.0, "-prepare": 0.5, "-reboot": 0.5, "-reboot-wait": 0.5,
+        "-kubernetes-upgrade": 0.5, "other": 0.5}

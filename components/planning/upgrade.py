@@ -4,15 +4,23 @@
 1. the first control plane: kubeadm's package, `kubeadm upgrade plan` and `upgrade apply`;
    then drained, kubelet and kubectl, uncordoned;
 2. every other control plane, one at a time: `kubeadm upgrade node`, then the same;
-3. the GPU nodes in batches (`kubernetes.upgradeBatch`): drained from the control plane (the
-   eviction API honours PodDisruptionBudgets; a batch never splits a running gang job: it waits
-   for the job to end), `kubeadm upgrade node` and the kubelet on the node, uncordoned.
+3. the GPU nodes in batches (`kubernetes.upgradeBatch`) within each scalable unit, the SUs side
+   by side: drained from the control plane (the eviction API honours PodDisruptionBudgets; a
+   batch never splits a running gang job: it waits for the job to end), `kubeadm upgrade node`
+   and the kubelet on the node, uncordoned.
+
+Each SU is a lane of its own, so the longest chain of commands is an SU's (at most 32 nodes),
+never the cluster's: `pulumi up` orders the lane in its graph (no lock to wait on, so no
+command holds one of the engine's parallel slots waiting for another), and the SDK's cycle
+check on every `depends_on` walks a chain no longer than an SU's.
 
 Every script is a no-op where the packages already are at the target, so a first bring-up and
 a re-run change nothing. The version skew policy is checked on the host: one minor at a time,
 never back, never a kubelet newer than the API server."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from components.config import Cluster
 from components.planning.host_scripts import kube_pkg_version
@@ -78,7 +86,10 @@ def uncordon_script(cluster: Cluster, node: str) -> str:
                    admin=True, target=True, cordon=True)
 
 
-def batches(nodes: list[str], size: int) -> list[tuple[str, ...]]:
-    """GPU nodes in upgrade order (by hostname), `size` at a time."""
-    ordered = sorted(nodes)
-    return [tuple(ordered[i:i + size]) for i in range(0, len(ordered), size)]
+def batches(su_of: Mapping[str, int], size: int) -> dict[int, list[tuple[str, ...]]]:
+    """Per SU (its lane), its GPU nodes in upgrade order (by hostname), `size` at a time."""
+    lanes: dict[int, list[str]] = {}
+    for host in sorted(su_of):
+        lanes.setdefault(su_of[host], []).append(host)
+    return {su: [tuple(hosts[i:i + size]) for i in range(0, len(hosts), size)]
+            for su, hosts in sorted(lanes.items())}
