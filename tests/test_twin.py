@@ -1,20 +1,20 @@
 """The cluster twin: the prod rendering applied to a real control plane (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler built from their Go modules by tools/k8s/build.sh) with
 KWOK nodes for the planned hosts. What a real cluster would refuse or leave unscheduled fails
-here. Runs when the binaries are built (`make k8s-tools`; `make twin` builds and runs it)."""
+here. Runs when the binaries are built (`make k8s-tools`; `make twin` builds and runs it).
+A twin that exits without a verdict (exit 2: it could not run or broke) fails the test with its
+stderr (support/twin.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from support.project import REPO
-from support.twin import BINS, SHARED
+from support.twin import BINS, SHARED, run_twin
 
 AGENT = "gpucluster.io/twin-node-agent"  # the label the twin puts on node-agent probes
 pytestmark = [
@@ -25,32 +25,25 @@ pytestmark = [
 ]
 
 
-def run_twin(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "twin", "--bin", str(BINS[-1]),
-                           "--out", str(out), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
-
-
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("twin")
-    proc = run_twin(out)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    res = run_twin(out)
     read = lambda name: json.loads((out / name).read_text())  # noqa: E731
-    return {"code": proc.returncode, "out": proc.stdout, "report": read("report.json"),
+    return {"code": res.code, "out": res.out, "report": res.report,
             "pods": read("pods.json"), "nodes": read("nodes.json"),
             "podgroups": read("podgroups.json"), "jobs": read("jobs.json")}
 
 
-def mutated(tmp_path: Path, edit) -> dict:
-    """The prod rendering with one defect put back, applied to a fresh twin."""
+def mutated(tmp_path: Path, build: Path, edit: Callable[[Path], None],
+            *args: str) -> dict:
+    """The prod rendering (the session's `build`) with one defect put back, applied to a
+    fresh twin."""
     rendering = tmp_path / "prod"
-    shutil.copytree(REPO / "build" / "prod", rendering)
+    shutil.copytree(build, rendering)
     edit(rendering)
-    proc = run_twin(tmp_path / "twin", "--rendering", str(rendering), "--gate-timeout", "60")
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return {"code": proc.returncode, "out": proc.stdout,
-            "report": json.loads((tmp_path / "twin" / "report.json").read_text())}
+    res = run_twin(tmp_path / "twin", "--rendering", str(rendering), *args)
+    return {"code": res.code, "out": res.out, "report": res.report}
 
 
 def edit_yaml(path: Path, fn) -> None:
@@ -199,7 +192,8 @@ def test_the_api_server_answers_anonymous_requests_only_where_joins_and_probes_n
                     "/api/v1/namespaces/kube-system/secrets": "401"}
 
 
-def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path) -> None:
+def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path,
+                                                                  build: Path) -> None:
     """Two defects put back: the training queue capped below the job's 32-GPU gang (the 56 <
     64 defect), and the serving Deployment without its anti-affinity (binpack then stacks
     two 4-GPU replicas on one node)."""
@@ -208,14 +202,14 @@ def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path
                   lambda q: q["spec"]["capability"].update({"nvidia.com/gpu": "24"}))
         edit_yaml(rendering / "manifests/inference/deployment-llama-70b.yaml",
                   lambda d: d["spec"]["template"]["spec"].pop("affinity"))
-    res = mutated(tmp_path, edit)
+    res = mutated(tmp_path, build, edit)
     assert res["code"] == 1, res["out"]
     failures = "\n".join(res["report"]["failures"])
     assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
     assert "Deployment inference/llama-70b: replicas share a node" in failures
 
 
-def test_training_created_beside_the_nccl_test_fails(tmp_path: Path) -> None:
+def test_training_created_beside_the_nccl_test_fails(tmp_path: Path, build: Path) -> None:
     """The plan's dependency of training and serving on the acceptance gate removed: all three
     are created at once, and the acceptance test no longer runs alone."""
     def edit(rendering: Path) -> None:
@@ -225,7 +219,9 @@ def test_training_created_beside_the_nccl_test_fails(tmp_path: Path) -> None:
         for r in plan["resources"]:
             r["options"]["dependsOn"] = [d for d in r["options"]["dependsOn"] if d != gate]
         (rendering / "plan.json").write_text(json.dumps(plan))
-    res = mutated(tmp_path, edit)
+    # The test may never get its nodes here: a minute shows it either way (if it finishes
+    # later, training's gang was created before it finished).
+    res = mutated(tmp_path, build, edit, "--gate-timeout", "60")
     assert res["code"] == 1, res["out"]
     failures = "\n".join(res["report"]["failures"])
     # Volcano either admits training first (the test then never gets its 8 nodes) or the
@@ -234,14 +230,31 @@ def test_training_created_beside_the_nccl_test_fails(tmp_path: Path) -> None:
         "before the acceptance test finished" in failures, failures
 
 
-def test_nccl_workers_kept_after_the_test_starve_training(tmp_path: Path) -> None:
-    """cleanPodPolicy None put back: the finished test's 8 workers keep every GPU."""
-    res = mutated(tmp_path, lambda r: edit_yaml(
-        r / "manifests/training/mpijob-nccl-allreduce.yaml",
-        lambda j: j["spec"]["runPolicy"].update({"cleanPodPolicy": "None"})))
+# An Event as core/v1 allows it: no reason, no involvedObject.kind (both optional).
+BARE_EVENT = {"apiVersion": "v1", "kind": "Event",
+              "metadata": {"name": "twin-bare-event", "namespace": "training"},
+              "involvedObject": {"name": "llama-70b-pretrain", "namespace": "training"},
+              "message": "an event without a reason"}
+
+
+def test_nccl_workers_kept_after_the_test_starve_training(tmp_path: Path, build: Path) -> None:
+    """cleanPodPolicy None put back: the finished test's 8 workers keep every GPU. An Event
+    without a reason or involvedObject.kind is created too: the twin writes it with "-" in
+    events.txt and reports it (once it stopped there, without events.txt or report.json)."""
+    def edit(rendering: Path) -> None:
+        edit_yaml(rendering / "manifests/training/mpijob-nccl-allreduce.yaml",
+                  lambda j: j["spec"]["runPolicy"].update({"cleanPodPolicy": "None"}))
+        (rendering / "manifests/training/event-twin-bare-event.yaml").write_text(
+            yaml.safe_dump(BARE_EVENT))
+    res = mutated(tmp_path, build, edit)
     assert res["code"] == 1, res["out"]
     failures = "\n".join(res["report"]["failures"])
     assert "PodGroup training/llama-70b-pretrain (queue training, minMember 4) is " in failures
+    assert res["report"]["rejected"] == {}, res["report"]["rejected"]
+    assert "Event training/twin-bare-event (-/llama-70b-pretrain): no involvedObject.kind, " \
+        "reason" in res["report"]["incomplete"], res["report"]["incomplete"]
+    events = (tmp_path / "twin" / "events.txt").read_text().splitlines()
+    assert "training\t-/llama-70b-pretrain\t-\tan event without a reason" in events
 
 
 def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) -> None:
@@ -268,7 +281,8 @@ def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) ->
     assert operator["spec"]["priority"] == 2000000000
 
 
-def test_a_release_without_its_tolerations_or_priority_fails(tmp_path: Path) -> None:
+def test_a_release_without_its_tolerations_or_priority_fails(tmp_path: Path,
+                                                              build: Path) -> None:
     """Defects the placement values fix, put back: cert-manager with the chart's own
     placement only (the real scheduler finds no node: every node is tainted), MetalLB's
     speaker at the chart's default priority 0 on GPU nodes, below the serving class that
@@ -283,7 +297,7 @@ def test_a_release_without_its_tolerations_or_priority_fails(tmp_path: Path) -> 
                   lambda doc: doc["values"]["speaker"].pop("priorityClassName"))
         edit_yaml(rendering / "helm" / "prometheus.yaml", lambda doc: doc["values"][
             "prometheus-node-exporter"].update(tolerations=[]))
-    res = mutated(tmp_path, edit)
+    res = mutated(tmp_path, build, edit)
     assert res["code"] == 1, res["out"]
     assert set(res["report"]["unscheduled"]) == {
         f"cert-manager/probe-cert-manager-{c}" for c in (

@@ -3,9 +3,11 @@
 Applies what `pulumi up` creates in the order it creates it: everything before the NCCL
 acceptance gate, then (the gate played: its job waited for) what depends on the gate. Exit 0
 when the API server accepted every object, every pod is bound, every PodGroup runs and every
-check in twin/checks.py holds; 1 otherwise; 2 when the twin cannot start (binaries missing:
-`make k8s-tools`). Writes build/twin/: pods.json, podgroups.json, jobs.json, nodes.json,
-events.txt, report.json and logs/ (each component's).
+check in twin/checks.py holds; 1 otherwise; 2 when the twin itself fails, which is no verdict
+on the stack: it cannot start (binaries missing: `make k8s-tools`), its control plane stops or
+stops answering, or it breaks (the traceback on stderr). Writes build/twin/: pods.json,
+podgroups.json, jobs.json, nodes.json, events.txt, logs/ (each component's) and, last, once the
+twin has finished, report.json.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 from components.config import Cluster
 from components.planning.nodes import planned_nodes
@@ -36,6 +42,7 @@ from .operators import (
     host_address,
     kwok_stages,
     module_dir,
+    one_twin_at_a_time,
     register_csi_drivers,
     start_training_operator,
     start_volcano,
@@ -54,13 +61,26 @@ from .run import (
     snapshot,
     training_operator_objects,
     wait_for_job,
-    write,
+    write_report,
+    write_state,
 )
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The twin's exit status: 0 or 1, its verdict; 2, no verdict (see the module's doc)."""
+    try:
+        return _run(argv)
+    except ControlPlaneError as err:
+        print(f"twin: {err}", file=sys.stderr)
+    except Exception:
+        traceback.print_exc()
+        print("twin: the twin failed (above); this is no verdict on the stack", file=sys.stderr)
+    return 2
+
+
+def _run(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m twin", description=__doc__.splitlines()[0])
     ap.add_argument("--stack", default="prod")
     ap.add_argument("--bin", type=Path, help="directory with the built binaries "
@@ -72,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate-timeout", type=float, default=180,
                     help="seconds to wait for each acceptance job (default 180)")
     args = ap.parse_args(argv)
+    # What an earlier run left must not pass for this run's outputs if this one stops early.
+    shutil.rmtree(args.out, ignore_errors=True)
     bin_dir = args.bin
     if bin_dir is None:
         built = subprocess.run(["bash", str(REPO / "tools/k8s/build.sh")], capture_output=True,
@@ -92,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = json.loads(load_stack_config(REPO, args.stack).config["gpu-cluster:cluster"])
     cluster = validate_cluster(raw, REPO)
+    if not (bin_dir / "versions.json").is_file():
+        print(f"twin: {bin_dir} holds no versions.json: not a directory tools/k8s/build.sh made",
+              file=sys.stderr)
+        return 2
     built = json.loads((bin_dir / "versions.json").read_text())
     pins = {"volcano": f"v{cluster.platform.volcano.version.lstrip('v')}",
             "trainingOperator": cluster.platform.training_operator.version,
@@ -104,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     manifests, releases = load_rendering(rendering)
     plan_gates = gates(json.loads((rendering / "plan.json").read_text()))
     after_gates = set().union(*(g.after for g in plan_gates))
-    shutil.rmtree(args.out, ignore_errors=True)
     # The control plane's keys, certificates and etcd data stay in a scratch directory, never
     # under build/; only the components' logs are kept.
     work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
@@ -122,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             ("sigs.k8s.io/kwok", built["kwok"]))}
         admission = rendering / "kubernetes/admission-config.yaml"
         authentication = rendering / "kubernetes/authentication-config.yaml"
-        with ControlPlane(bin_dir, work, str(cluster.kubernetes.service_cidr),
-                          kwok_stages(modules["sigs.k8s.io/kwok"]),
-                          admission if admission.is_file() else None,
-                          authentication if authentication.is_file() else None) as cp:
+        with one_twin_at_a_time(), ControlPlane(
+                bin_dir, work, str(cluster.kubernetes.service_cidr),
+                kwok_stages(modules["sigs.k8s.io/kwok"]),
+                admission if admission.is_file() else None,
+                authentication if authentication.is_file() else None) as cp:
             address = host_address()
             prepare(cp, args.shared, manifests, releases, planned_nodes(cluster))
             start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
@@ -145,22 +171,20 @@ def main(argv: list[str] | None = None) -> int:
                 apply_manifests(cp, [m for m in manifests if object_key(m) in after_gates],
                                 report)
             state = snapshot(cp, settle(cp, report))
+            write_state(args.out, state, report)
             verify(cluster, state, plan_gates, report)
             report.failures += checks.pod_admission(cp, cluster, report.seen)
             report.failures += checks.anonymous_access(cp, report.seen)
             report.failures += checks.drain_honours_budget(
                 cp, state["pods"], [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
                 report.seen)
-            write(args.out, state, report)
-    except ControlPlaneError as err:
-        print(f"twin: {err}", file=sys.stderr)
-        return 2
     finally:
         logs = args.out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for log in work.glob("*.log"):
             shutil.copy(log, logs / log.name)
         shutil.rmtree(work, ignore_errors=True)
+    write_report(args.out, report)
     for line in report.lines():
         print(line)
     print(f"Wrote {args.out}/")
@@ -192,5 +216,12 @@ def verify(cluster: Cluster, state: dict[str, list[dict]], plan_gates: list[Gate
                         if "Succeeded" not in v]
 
 
+def _terminated(signum: int, _frame: FrameType | None) -> NoReturn:
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    # SIGTERM (a test's timeout, a cancelled CI job) unwinds like an exception, so that the
+    # control plane's processes, each in its own session, are stopped, not left running.
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

@@ -1,6 +1,7 @@
 """What the twin's cluster must show once the stack is applied: each check reads the objects
 back from the API server (pods, PodGroups, jobs, events) and returns what a user would see go
-wrong on hardware, one line each; an empty list means the check holds."""
+wrong on hardware, one line each; an empty list means the check holds. Fields the API may leave
+out are read with twin/objects.py: an object without one is judged by what it has."""
 
 from __future__ import annotations
 
@@ -13,15 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .controlplane import ControlPlane
+from .controlplane import ControlPlane, ControlPlaneError
+from .objects import describe_event, get, items, mapping
+from .objects import key as _key
 
 Obj = Mapping[str, Any]
 JOB_LABEL = "training.kubeflow.org/job-name"
 GPU = "nvidia.com/gpu"
-
-
-def _key(o: Obj) -> str:
-    return f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
 
 
 def _time(ts: str) -> datetime:
@@ -29,19 +28,33 @@ def _time(ts: str) -> datetime:
 
 
 def _gpus(pod: Obj) -> int:
-    return sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
-               for c in pod["spec"]["containers"])
+    return sum(int(get(c, "resources", "requests", GPU, default=0))
+               for c in items(pod, "spec", "containers"))
+
+
+def _labels(o: Obj) -> Mapping[str, Any]:
+    return mapping(o, "metadata", "labels")
+
+
+def _node(pod: Obj) -> str | None:
+    node = get(pod, "spec", "nodeName")
+    return str(node) if node else None
+
+
+def _phase(o: Obj) -> Any:
+    return get(o, "status", "phase")
 
 
 def podgroups_running(podgroups: Sequence[Obj]) -> Iterator[str]:
     """Every gang was admitted by its queue and started (a finished one has completed)."""
     for pg in podgroups:
-        phase = pg.get("status", {}).get("phase", "none")
+        phase = get(pg, "status", "phase", default="none")
         if phase not in ("Running", "Completed"):
-            why = [c.get("message", "") for c in pg.get("status", {}).get("conditions", [])
-                   if c.get("status") == "True" and c.get("message")]
-            yield (f"PodGroup {_key(pg)} (queue {pg['spec'].get('queue')}, minMember "
-                   f"{pg['spec'].get('minMember')}) is {phase}: {'; '.join(why) or 'no reason'}")
+            why = [str(get(c, "message")) for c in items(pg, "status", "conditions")
+                   if get(c, "status") == "True" and get(c, "message")]
+            yield (f"PodGroup {_key(pg)} (queue {get(pg, 'spec', 'queue')}, minMember "
+                   f"{get(pg, 'spec', 'minMember')}) is {phase}: "
+                   f"{'; '.join(why) or 'no reason'}")
 
 
 def training_on_whole_nodes_of_one_su(pods: Sequence[Obj], nodes: Sequence[Obj],
@@ -50,18 +63,17 @@ def training_on_whole_nodes_of_one_su(pods: Sequence[Obj], nodes: Sequence[Obj],
     by_node = {n["metadata"]["name"]: n for n in nodes}
     jobs: dict[str, list[Obj]] = defaultdict(list)
     for p in pods:
-        if JOB_LABEL in p["metadata"].get("labels", {}) and _gpus(p) and \
-                p.get("status", {}).get("phase") == "Running":
-            jobs[f"{p['metadata']['namespace']}/{p['metadata']['labels'][JOB_LABEL]}"].append(p)
+        if JOB_LABEL in _labels(p) and _gpus(p) and _phase(p) == "Running":
+            jobs[f"{p['metadata']['namespace']}/{_labels(p)[JOB_LABEL]}"].append(p)
     for job, members in sorted(jobs.items()):
-        hosts = [p["spec"].get("nodeName") for p in members]
+        hosts = [_node(p) for p in members]
         if len(set(hosts)) != len(hosts):
-            yield f"job {job}: two of its GPU pods share a node ({sorted(hosts)})"
+            yield f"job {job}: two of its GPU pods share a node ({sorted(map(str, hosts))})"
         for p in members:
-            node = by_node.get(p["spec"].get("nodeName", ""))
-            if node and _gpus(p) != int(node["status"]["allocatable"].get(GPU, 0)):
+            node = by_node.get(_node(p) or "")
+            if node and _gpus(p) != int(get(node, "status", "allocatable", GPU, default=0)):
                 yield f"job {job}: pod {p['metadata']['name']} takes part of a node"
-        sus = {by_node[h]["metadata"]["labels"].get(su_label) for h in hosts if h in by_node}
+        sus = {_labels(by_node[h]).get(su_label) for h in hosts if h in by_node}
         if len(members) <= su_size and len(sus) > 1:
             yield f"job {job}: spans SUs {sorted(map(str, sus))} though it fits in one"
 
@@ -70,11 +82,11 @@ def replicas_on_distinct_nodes(pods: Sequence[Obj]) -> Iterator[str]:
     """Serving replicas of one Deployment never share a node (a node loss takes one)."""
     sets: dict[str, list[str]] = defaultdict(list)
     for p in pods:
-        owners = [o for o in p["metadata"].get("ownerReferences", [])
-                  if o["kind"] == "ReplicaSet"]
-        if owners and _gpus(p) and p["spec"].get("nodeName"):
-            deployment = owners[0]["name"].rsplit("-", 1)[0]
-            sets[f"{p['metadata']['namespace']}/{deployment}"].append(p["spec"]["nodeName"])
+        owners = [o for o in items(p, "metadata", "ownerReferences")
+                  if get(o, "kind") == "ReplicaSet"]
+        if owners and _gpus(p) and (node := _node(p)):
+            deployment = str(owners[0]["name"]).rsplit("-", 1)[0]
+            sets[f"{p['metadata']['namespace']}/{deployment}"].append(node)
     for name, hosts in sorted(sets.items()):
         if len(set(hosts)) != len(hosts):
             yield f"Deployment {name}: replicas share a node ({sorted(hosts)})"
@@ -88,16 +100,16 @@ def system_pods_outrank_workloads(pods: Sequence[Obj], nodes: Sequence[Obj],
     announcements, its network or storage plugin gone). Controllers on the control-plane
     hosts, where no workload runs, are noted when they keep a workload-level priority."""
     gpu_nodes = {n["metadata"]["name"] for n in nodes
-                 if any(t["key"] == GPU for t in n["spec"].get("taints", []))}
+                 if any(get(t, "key") == GPU for t in items(n, "spec", "taints"))}
     for p in sorted(pods, key=_key):
-        node = p["spec"].get("nodeName")
+        node = _node(p)
         if p["metadata"]["namespace"] in workload_namespaces or not node:
             continue
-        priority = p["spec"].get("priority", 0)
+        priority = get(p, "spec", "priority", default=0)
         if priority > workload_priority:
             continue
         what = (f"{_key(p)}: priority {priority} "
-                f"({p['spec'].get('priorityClassName') or 'no class'})")
+                f"({get(p, 'spec', 'priorityClassName') or 'no class'})")
         if node in gpu_nodes:
             yield f"{what} on GPU node {node} is not above the workloads' {workload_priority}"
         else:
@@ -111,12 +123,11 @@ def node_agents_on_every_node(daemonsets: Sequence[Obj], pods: Sequence[Obj],
     shows as a node without its agent, not as a pending pod."""
     everywhere = {n["metadata"]["name"] for n in nodes}
     for ds in sorted(daemonsets, key=_key):
-        agent = ds["metadata"].get("labels", {}).get(agent_label)
+        agent = _labels(ds).get(agent_label)
         if agent is None:
             continue
-        on = {p["spec"].get("nodeName") for p in pods
-              if p["metadata"].get("labels", {}).get(agent_label) == agent
-              and p.get("status", {}).get("phase") == "Running"}
+        on = {_node(p) for p in pods
+              if _labels(p).get(agent_label) == agent and _phase(p) == "Running"}
         missing = sorted(everywhere - on)
         if missing:
             yield (f"node agent {_key(ds)} runs on {len(everywhere) - len(missing)} of "
@@ -129,18 +140,26 @@ def gate_ran_alone(jobs: Sequence[Obj], podgroups: Sequence[Obj],
     finished = {}
     for j in jobs:
         if _key(j) in gate_jobs:
-            done = [c for c in j.get("status", {}).get("conditions", [])
-                    if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+            done = [c for c in items(j, "status", "conditions")
+                    if get(c, "type") in ("Succeeded", "Failed") and get(c, "status") == "True"]
             if not done:
                 yield f"acceptance job {_key(j)} never finished"
                 continue
-            finished[_key(j)] = _time(done[0]["lastTransitionTime"])
+            # lastTransitionTime is optional in a job condition: the job's completion
+            # time stands in for it.
+            at = get(done[0], "lastTransitionTime") or get(j, "status", "completionTime")
+            if not at:
+                yield (f"acceptance job {_key(j)} finished at no recorded time: whether it "
+                       "ran alone cannot be told")
+                continue
+            finished[_key(j)] = _time(at)
     if not finished:
         return
     end = max(finished.values())
     for pg in podgroups:
-        owner = [o["name"] for o in pg["metadata"].get("ownerReferences", [])]
+        owner = [get(o, "name") for o in items(pg, "metadata", "ownerReferences")]
         mine = any(f"{pg['metadata']['namespace']}/{o}" in gate_jobs for o in owner)
+        # The API server sets every object's creationTimestamp.
         created = _time(pg["metadata"]["creationTimestamp"])
         if not mine and created < end:
             yield (f"PodGroup {_key(pg)} was created at {created:%H:%M:%S}, before the "
@@ -150,10 +169,12 @@ def gate_ran_alone(jobs: Sequence[Obj], podgroups: Sequence[Obj],
 def pod_security(events: Sequence[Obj]) -> Iterator[str]:
     """Pod Security admission refused no pod a controller tried to create."""
     for e in events:
-        if "PodSecurity" in e.get("message", "") and e["reason"] in ("FailedCreate",
-                                                                      "FailedCreatePodReason"):
-            yield f"{e['involvedObject']['kind']} {e['metadata']['namespace']}/" \
-                  f"{e['involvedObject']['name']}: {e['message']}"
+        message = str(get(e, "message", default=""))
+        if "PodSecurity" in message and get(e, "reason") in ("FailedCreate",
+                                                             "FailedCreatePodReason"):
+            (ns, involved, _reason, _message), _missing = describe_event(e)
+            kind, name = involved.split("/", 1)
+            yield f"{kind} {ns}/{name}: {message}"
 
 
 def drain_honours_budget(cp: ControlPlane, pods: Sequence[Obj], budgets: Sequence[Obj],
@@ -163,26 +184,28 @@ def drain_honours_budget(cp: ControlPlane, pods: Sequence[Obj], budgets: Sequenc
     the PodDisruptionBudget, and the replica keeps running."""
     for pdb in budgets:
         ns = pdb["metadata"]["namespace"]
-        selector = pdb["spec"]["selector"]["matchLabels"]
-        hosts = sorted({p["spec"]["nodeName"] for p in pods
-                        if p["metadata"]["namespace"] == ns and p["spec"].get("nodeName")
-                        and selector.items() <= p["metadata"].get("labels", {}).items()})
+        selector = mapping(pdb, "spec", "selector", "matchLabels")
+        hosts = sorted({node for p in pods
+                        if p["metadata"]["namespace"] == ns and (node := _node(p))
+                        and selector.items() <= _labels(p).items()})
         if len(hosts) < 2:
             yield f"PodDisruptionBudget {_key(pdb)}: fewer than two replicas run ({hosts})"
             continue
         gpu_nodes = [n["metadata"]["name"] for n in cp.get("nodes")["items"]
-                     if GPU in n["status"].get("allocatable", {})]
-        drain = ("drain", "--ignore-daemonsets", "--delete-emptydir-data", "--force",
-                 "--timeout=20s")
+                     if GPU in mapping(n, "status", "allocatable")]
+        drain = ("drain", "--ignore-daemonsets", "--delete-emptydir-data", "--force")
         try:
             for n in gpu_nodes:
                 cp.kubectl("cordon", n)
-            first = cp.kubectl(*drain, hosts[0], check=False)
+            # The first drain waits for KWOK to finish deleting the evicted pods (seconds on
+            # an idle machine); the second is refused at its first eviction, then retried
+            # every 5 s until its timeout.
+            first = cp.kubectl(*drain, "--timeout=150s", hosts[0], check=False, timeout=180)
             if first.returncode != 0:
                 yield f"drain {hosts[0]} failed: {first.stderr.strip()[-300:]}"
                 continue
             seen.append(f"drain {hosts[0]}: {_last_line(first.stdout)}")
-            second = cp.kubectl(*drain, hosts[1], check=False)
+            second = cp.kubectl(*drain, "--timeout=20s", hosts[1], check=False)
             refusal = [ln for ln in second.stderr.splitlines() if "disruption budget" in ln]
             seen.append(f"drain {hosts[1]} (every GPU node cordoned): "
                         f"{(refusal or [_last_line(second.stderr)])[0][:300]}")
@@ -234,7 +257,7 @@ def pod_admission(cp: ControlPlane, cluster: Any, seen: list[str]) -> Iterator[s
         proc = cp.kubectl("create", "--dry-run=server", "-f", "-",
                           stdin=_probe_pod(ns, f"twin-{name}", security, volumes), check=False)
         verdict = "admitted" if proc.returncode == 0 else \
-            f"refused: {proc.stderr.strip().splitlines()[-1][:240]}"
+            f"refused: {_last_line(proc.stderr)[:240]}"
         seen.append(f"admission {ns}/{name}: {verdict}")
         if (proc.returncode == 0) != admitted:
             yield (f"a {name} pod in {ns} was {verdict}, expected "
@@ -269,21 +292,32 @@ ANONYMOUS_EXPECTED = {"/livez": 200, "/readyz": 200, "/healthz": 200,
                       "/api/v1/namespaces/kube-system/secrets": 401}
 
 
+def _anonymous_status(url: str, tries: int = 3, timeout: float = 30) -> int:
+    """The HTTP status of a request without credentials. No answer at all is the twin's
+    problem, not a verdict on the stack: after `tries` it stops the twin."""
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # loopback, the twin's self-signed serving cert
+    last: OSError | None = None
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(url, context=insecure, timeout=timeout) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+        except OSError as err:  # refused, reset, timed out (URLError is an OSError)
+            last = err
+    raise ControlPlaneError(f"no answer from {url} in {tries} tries: {last}")
+
+
 def anonymous_access(cp: ControlPlane, seen: list[str]) -> Iterator[str]:
     """Requests without credentials against the real API server with the stack's
     AuthenticationConfiguration (and kubeadm's cluster-info RBAC): answered on the health
     checks and cluster-info only, 401 everywhere else."""
     cp.kubectl("create", "namespace", "kube-public", check=False)
     cp.kubectl("apply", "-f", "-", stdin=_CLUSTER_INFO_RBAC)
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE  # loopback, the twin's self-signed serving cert
     for path, want in ANONYMOUS_EXPECTED.items():
-        try:
-            with urllib.request.urlopen(cp.server + path, context=insecure, timeout=10) as r:
-                got = r.status
-        except urllib.error.HTTPError as err:
-            got = err.code
+        got = _anonymous_status(cp.server + path)
         seen.append(f"anonymous {path}: {got}")
         if got != want:
             yield f"an anonymous request for {path} got {got}, expected {want}"

@@ -10,26 +10,32 @@ machine's address, which is what kube-apiserver's endpoint routing dials.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .controlplane import ControlPlane, ControlPlaneError, free_port
+from .controlplane import ControlPlane, ControlPlaneError
+from .objects import get, items
 
 VOLCANO_NS = "volcano-system"
 ADMISSION_SERVICE = "volcano-admission-service"
 TO_NS = "kubeflow"
 TO_SERVICE = "training-operator"
 TO_SECRET = "training-operator-webhook-cert"
-# Where the operator's certificate rotator expects its mounted secret (pkg/cert/cert.go).
+# Where the operator's certificate rotator expects its mounted secret (pkg/cert/cert.go), and
+# its webhook server reads it: a fixed path, the same for every twin on this machine.
 TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 # The launcher of a finished nccl-tests run: KWOK completes it (stand-in for mpirun's exit).
 LAUNCHER_LABEL = "training.kubeflow.org/replica-type"
@@ -94,12 +100,18 @@ def route_service(cp: ControlPlane, ns: str, name: str, port: int, address: str)
     cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(endpoints))
 
 
-def _wait_port(cp: ControlPlane, address: str, port: int, what: str) -> None:
-    def listening() -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex((address, port)) == 0
-    cp.wait_for(listening, what, 120)
+@contextlib.contextmanager
+def one_twin_at_a_time() -> Iterator[None]:
+    """Held while a twin runs: a second twin on this machine would replace the Training
+    Operator's certificates in TO_CERT_DIR under the first one's operator, so it waits."""
+    TO_CERT_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with open(TO_CERT_DIR.parent / "twin.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("twin: waiting for the other twin on this machine to finish", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file
 
 
 # ---------------------------------------------------------------- Volcano
@@ -137,8 +149,6 @@ def start_volcano(cp: ControlPlane, module: Path, scheduler_conf: str, address: 
                "metadata": {"name": ADMISSION_SERVICE, "namespace": VOLCANO_NS},
                "spec": {"ports": [{"port": 443, "protocol": "TCP"}]}}
     cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(service))
-    port = free_port()
-    route_service(cp, VOLCANO_NS, ADMISSION_SERVICE, port, address)
     ca, crt, key = issue_certificate(work / "certs", f"{ADMISSION_SERVICE}.{VOLCANO_NS}.svc")
     admission_conf = work / "volcano-admission.conf"
     admission_conf.write_text(next(
@@ -146,23 +156,25 @@ def start_volcano(cp: ControlPlane, module: Path, scheduler_conf: str, address: 
         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "volcano-admission-configmap"))
     enabled = next(a for a in args["volcano-admission"] if a.startswith("--enabled-admission"))
     kubeconfig = f"--kubeconfig={cp.kubeconfig}"
-    cp.spawn("vc-webhook-manager", [
-        kubeconfig, enabled, f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
-        f"--ca-cert-file={ca}", f"--admission-conf={admission_conf}",
-        f"--webhook-namespace={VOLCANO_NS}", f"--webhook-service-name={ADMISSION_SERVICE}",
-        f"--listen-address={address}", f"--port={port}", "-v=2"])
-    _wait_port(cp, address, port, "Volcano's admission webhook")
+
+    def webhook(port: int) -> list[str]:
+        route_service(cp, VOLCANO_NS, ADMISSION_SERVICE, port, address)
+        return [kubeconfig, enabled, f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
+                f"--ca-cert-file={ca}", f"--admission-conf={admission_conf}",
+                f"--webhook-namespace={VOLCANO_NS}",
+                f"--webhook-service-name={ADMISSION_SERVICE}",
+                f"--listen-address={address}", f"--port={port}", "-v=2"]
+    cp.spawn_listening("vc-webhook-manager", webhook, host=address)
+    # The controllers and the scheduler serve metrics and health checks only when asked
+    # (--enable-metrics, --enable-healthz): they listen on no port.
     cp.spawn("vc-controller-manager", [
-        kubeconfig, "--leader-elect=false", f"--listen-address=127.0.0.1:{free_port()}",
-        f"--healthz-address=127.0.0.1:{free_port()}",
+        kubeconfig, "--leader-elect=false",
         *_keep(args["volcano-controllers"], "--sharding-configmap", "--worker-threads"), "-v=2"])
     conf = work / "volcano-scheduler.conf"
     conf.write_text(scheduler_conf)
     cp.spawn("vc-scheduler", [
         kubeconfig, f"--scheduler-conf={conf}", "--disable-default-scheduler-config=true",
-        "--leader-elect=false", "--schedule-period=1s",
-        f"--listen-address=127.0.0.1:{free_port()}",
-        f"--healthz-address=127.0.0.1:{free_port()}", "-v=3"])
+        "--leader-elect=false", "--schedule-period=1s", "-v=3"])
 
 
 def _keep(args: Sequence[str], *prefixes: str) -> list[str]:
@@ -187,24 +199,31 @@ def start_training_operator(cp: ControlPlane, objects: Sequence[Mapping[str, Any
     flags = [a for a in operator_args(objects)
              if not a.startswith(("--metrics-bind-address", "--health-probe-bind-address",
                                   "--webhook-server-port", "--leader-elect"))]
-    port = free_port()
-    route_service(cp, TO_NS, TO_SERVICE, port, address)
     shutil.rmtree(TO_CERT_DIR, ignore_errors=True)
     TO_CERT_DIR.mkdir(parents=True)
-    cp.spawn("training-operator", [
-        f"--kubeconfig={cp.kubeconfig}", *flags, "--leader-elect=false",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}",
-        f"--health-probe-bind-address=127.0.0.1:{free_port()}",
-        f"--webhook-server-port={port}"], env={"MY_POD_NAMESPACE": TO_NS})
     stop = threading.Event()
     cp.on_stop(stop.set)
     threading.Thread(target=_mount_secret, args=(cp, stop), daemon=True).start()
-    _wait_port(cp, address, port, "the Training Operator's webhook")
+
+    def operator(port: int) -> list[str]:
+        route_service(cp, TO_NS, TO_SERVICE, port, address)
+        # "0": no metrics or health endpoint (unused here), so no port to lose.
+        return [f"--kubeconfig={cp.kubeconfig}", *flags, "--leader-elect=false",
+                "--metrics-bind-address=0", "--health-probe-bind-address=0",
+                f"--webhook-server-port={port}"]
+    # The webhook listens only once the rotator found the certificate mounted (it looks after
+    # 1, 3, 7, 15... s) and its CA injected: minutes on a loaded machine.
+    cp.spawn_listening("training-operator", operator, host=address,
+                       env={"MY_POD_NAMESPACE": TO_NS}, timeout=600)
 
 
 def _mount_secret(cp: ControlPlane, stop: threading.Event) -> None:
     while not stop.wait(1):
-        proc = cp.kubectl("get", "secret", TO_SECRET, "-n", TO_NS, "-o", "json", check=False)
+        try:
+            proc = cp.kubectl("get", "secret", TO_SECRET, "-n", TO_NS, "-o", "json",
+                              check=False)
+        except ControlPlaneError:
+            continue  # no answer in time: ask again
         if proc.returncode != 0:
             continue
         data = json.loads(proc.stdout).get("data") or {}
@@ -250,13 +269,32 @@ def register_csi_drivers(cp: ControlPlane, manifests: Sequence[Mapping[str, Any]
                    for c in m["spec"]["template"]["spec"]["containers"])}
     if not drivers or not plugins:
         return
-    def placed() -> list[dict[str, Any]]:
-        pods = cp.get("pods", "--all-namespaces")["items"]
-        return [p for p in pods if p["spec"].get("nodeName") and any(
-            (p["metadata"]["namespace"], o["name"]) in plugins
-            for o in p["metadata"].get("ownerReferences", []) if o["kind"] == "DaemonSet")]
-    cp.wait_for(lambda: bool(placed()), "the CSI node plugin's pods", 60)
-    for node in sorted({p["spec"]["nodeName"] for p in placed()}):
+    def placed() -> dict[tuple[str, str], set[str]]:
+        """The nodes each plugin DaemonSet's pods are bound to."""
+        found: dict[tuple[str, str], set[str]] = {ds: set() for ds in plugins}
+        for p in cp.get("pods", "--all-namespaces")["items"]:
+            for o in items(p, "metadata", "ownerReferences"):
+                ds = (p["metadata"]["namespace"], get(o, "name"))
+                if get(o, "kind") == "DaemonSet" and ds in found and get(p, "spec", "nodeName"):
+                    found[ds].add(p["spec"]["nodeName"])
+        return found
+
+    def everywhere() -> bool:
+        on = placed()
+        return all(len(on[(ns, name)]) >= max(1, get(cp.get("daemonset", name, "-n", ns),
+                                                     "status", "desiredNumberScheduled",
+                                                     default=0))
+                   for ns, name in plugins)
+    # Every pod each DaemonSet wants, not the first one: the scheduler binds them one by one,
+    # and a node registered before its pod was bound would be left without the driver. One
+    # that stays unbound is the report's to show, as an unscheduled pod.
+    end = time.monotonic() + 180
+    while not everywhere() and time.monotonic() < end:
+        cp.check_alive()
+        time.sleep(1)
+    if not any(placed().values()):
+        raise ControlPlaneError("no pod of the CSI node plugins was bound in 180 s")
+    for node in sorted(set().union(*placed().values())):
         uid = cp.get("node", node)["metadata"]["uid"]
         csinode = {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
                    "metadata": {"name": node, "ownerReferences": [

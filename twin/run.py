@@ -10,6 +10,7 @@ placement the release's values give that component; the real scheduler places wh
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -25,6 +26,7 @@ from components.planning.nodes import PlannedNode
 from components.planning.release_placement import COMPONENTS, probes
 
 from .controlplane import ControlPlane
+from .objects import describe_event, get, items
 
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -40,6 +42,9 @@ class TwinReport:
     gates: dict[str, str] = field(default_factory=dict)  # acceptance job -> its final state
     seen: list[str] = field(default_factory=list)  # what the twin did and saw (drains)
     stand_ins: list[str] = field(default_factory=list)
+    # API objects without optional fields the twin reads: written with "-" for each, not a
+    # failure of the stack.
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -54,7 +59,13 @@ class TwinReport:
         out += [f"  seen       {s}" for s in self.seen]
         out += [f"  FAILED     {f}" for f in self.failures]
         out += [f"  stand-in   {s}" for s in self.stand_ins]
+        out += [f"  incomplete {s}" for s in self.incomplete]
         return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rejected": self.rejected, "unscheduled": self.unscheduled,
+                "placed": self.placed, "failures": self.failures, "gates": self.gates,
+                "seen": self.seen, "standIns": self.stand_ins, "incomplete": self.incomplete}
 
 
 def node_object(n: PlannedNode) -> dict[str, Any]:
@@ -130,7 +141,8 @@ def prepare(cp: ControlPlane, shared: Path, manifests: list[dict[str, Any]],
     kinds = {(m["apiVersion"], m["kind"]) for m in manifests}
     for crd in crd_files(shared, kinds):
         cp.kubectl("apply", "--server-side", "-f", str(crd))
-    cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s",
+               timeout=180)
     for n in nodes:
         cp.kubectl("create", "-f", "-", stdin=yaml.safe_dump(node_object(n)))
     for ns in sorted({r["namespace"] for r in releases}):
@@ -235,8 +247,8 @@ def wait_for_job(cp: ControlPlane, key: tuple[str, str, str], timeout: float) ->
         cp.check_alive()
         proc = cp.kubectl("get", kind.lower(), name, "-n", ns, "-o", "json", check=False)
         if proc.returncode == 0:
-            conds = json.loads(proc.stdout).get("status", {}).get("conditions", [])
-            true = [c["type"] for c in conds if c.get("status") == "True"]
+            conds = items(json.loads(proc.stdout), "status", "conditions")
+            true = [str(get(c, "type")) for c in conds if get(c, "status") == "True"]
             state = ", ".join(true) or "no condition"
             if {"Succeeded", "Failed"} & set(true):
                 return state
@@ -250,43 +262,57 @@ def wait_for_job(cp: ControlPlane, key: tuple[str, str, str], timeout: float) ->
 def _scheduling_failure(cp: ControlPlane, ns: str, name: str) -> str:
     events = cp.get("events", "-n", ns, "--field-selector",
                     f"involvedObject.name={name}")["items"]
-    why = [e["message"] for e in events if e["reason"] in ("FailedScheduling", "Unschedulable")]
+    why = [get(e, "message", default="(no message)") for e in events
+           if get(e, "reason") in ("FailedScheduling", "Unschedulable")]
     return why[-1] if why else "not scheduled (no event yet)"
 
 
 def _pending(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if not p["spec"].get("nodeName")
-            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+    return [p for p in pods if not get(p, "spec", "nodeName")
+            and get(p, "status", "phase") not in ("Succeeded", "Failed")]
 
 
-def settle(cp: ControlPlane, report: TwinReport, timeout: float = 120,
+def _seen_by_a_scheduler(pod: Mapping[str, Any]) -> bool:
+    """kube-scheduler and Volcano both give a pod they could not place (or the API server
+    one held back by a scheduling gate) a PodScheduled condition."""
+    return any(get(c, "type") == "PodScheduled" for c in items(pod, "status", "conditions"))
+
+
+def settle(cp: ControlPlane, report: TwinReport, timeout: float = 300,
            quiet: float = 15) -> list[dict[str, Any]]:
-    """Wait until every pod is bound and every PodGroup running, or what is left has stayed
-    so for `quiet` seconds (the schedulers keep retrying; a gang may wait for its last
-    member)."""
+    """Wait until every pod is bound, every deleted pod gone (a finished gang's workers give
+    their GPUs back) and every PodGroup running, or what is left has stayed so for `quiet`
+    seconds (the schedulers keep retrying; a gang may wait for its last member) and each
+    pod left has been tried by a scheduler (on a loaded machine one may not get to it for
+    longer than that)."""
     end = time.monotonic() + timeout
     last_change, last = time.monotonic(), None
     while True:
         cp.check_alive()
         pods = cp.get("pods", "--all-namespaces")["items"]
         groups = cp.get("podgroups.scheduling.volcano.sh", "--all-namespaces")["items"]
+        pending = _pending(pods)
         waiting = sorted([f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                          for p in _pending(pods)] + [
+                          for p in pending] + [
+            f"deleting {p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+            if get(p, "metadata", "deletionTimestamp")] + [
             f"podgroup {g['metadata']['namespace']}/{g['metadata']['name']}" for g in groups
-            if g.get("status", {}).get("phase") not in ("Running", "Completed")])
+            if get(g, "status", "phase") not in ("Running", "Completed")])
         if waiting != last:
             last, last_change = waiting, time.monotonic()
-        if not waiting or time.monotonic() - last_change > quiet or time.monotonic() > end:
+        stayed = time.monotonic() - last_change > quiet and all(map(_seen_by_a_scheduler,
+                                                                    pending))
+        if not waiting or stayed or time.monotonic() > end:
             break
         time.sleep(1)
     report.placed.clear()
     report.unscheduled.clear()
     for p in pods:
-        meta, spec = p["metadata"], p["spec"]
+        meta = p["metadata"]  # a namespaced object always has its name and namespace
         key = f"{meta['namespace']}/{meta['name']}"
-        if spec.get("nodeName"):
-            report.placed[key] = spec["nodeName"]
-        elif p.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+        if node := get(p, "spec", "nodeName"):
+            report.placed[key] = node
+        elif get(p, "status", "phase") not in ("Succeeded", "Failed"):
             report.unscheduled[key] = _scheduling_failure(cp, meta["namespace"], meta["name"])
     return pods
 
@@ -304,17 +330,41 @@ def snapshot(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, list[dic
     }
 
 
-def write(out: Path, state: Mapping[str, list[dict[str, Any]]], report: TwinReport) -> None:
+def _write_atomically(path: Path, text: str) -> None:
+    """The whole file or, if the twin stops while writing, the one that was there before."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _dump(path: Path, obj: Any) -> None:
+    _write_atomically(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def write_state(out: Path, state: Mapping[str, list[dict[str, Any]]],
+                report: TwinReport) -> None:
+    """The objects read back and one line per Event, whatever fields the Event has: one
+    without an optional field the line shows is written with "-" there, and reported."""
     out.mkdir(parents=True, exist_ok=True)
-    dump = lambda name, obj: (out / name).write_text(  # noqa: E731
-        json.dumps(obj, indent=1, sort_keys=True) + "\n")
     for name in ("pods", "nodes", "podgroups", "jobs"):
-        dump(f"{name}.json", state[name])
-    (out / "events.txt").write_text("".join(
-        f"{e['metadata']['namespace']}\t{e['involvedObject']['kind']}/"
-        f"{e['involvedObject']['name']}\t{e['reason']}\t{e.get('message', '')}\n"
-        for e in state["events"]))
-    dump("report.json", {
-        "rejected": report.rejected, "unscheduled": report.unscheduled,
-        "placed": report.placed, "failures": report.failures, "gates": report.gates,
-        "seen": report.seen, "standIns": report.stand_ins})
+        _dump(out / f"{name}.json", state[name])
+    lines = []
+    for e in state["events"]:
+        fields, missing = describe_event(e)
+        lines.append("\t".join(fields) + "\n")
+        if missing:
+            name = get(e, "metadata", "name", default="(no name)")
+            report.incomplete.append(f"Event {fields[0]}/{name} ({fields[1]}): no "
+                                     f"{', '.join(missing)}")
+    _write_atomically(out / "events.txt", "".join(lines))
+
+
+def write_report(out: Path, report: TwinReport) -> None:
+    """report.json, written last: its presence means the twin finished."""
+    out.mkdir(parents=True, exist_ok=True)
+    _dump(out / "report.json", report.as_json())
+
+
+def write(out: Path, state: Mapping[str, list[dict[str, Any]]], report: TwinReport) -> None:
+    write_state(out, state, report)
+    write_report(out, report)
