@@ -4,6 +4,7 @@ pulumi-kubernetes resources."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -67,3 +68,15 @@ def apply(manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource
     # (PriorityClass.preemptionPolicy -> preemption_policy); nested values stay as they are.
     return cls(resource_name(manifest), opts=opts,
                **{re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower(): v for k, v in body.items()})
+
+
+class KustomizeDirectory(k8s.kustomize.v2.Directory):
+    """`kustomize.v2.Directory` with its `resources` output typed as the list the provider
+    returns. The pulumi-kubernetes 4.25.0 SDK (the release `make engine` builds) types it as a
+    string, so once a real provider answers, the program stops with "Unexpected type. Expected
+    'list' got str" (pulumi-kubernetes#3389, fixed in 4.30.0)."""
+
+    @property
+    @pulumi.getter
+    def resources(self) -> pulumi.Output[Sequence[Any] | None]:  # type: ignore[override]
+        return pulumi.get(self, "resources")

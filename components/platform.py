@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import apply
+from components.kube import KustomizeDirectory, apply
 from components.planning.platform import ROLLOUT_READY, Release, rollout_wait_command
 from components.remote import remote_command
 
@@ -104,7 +104,7 @@ class Platform(pulumi.ComponentResource):
             for nad in args.network_attachments
         ]
         # Gang scheduling needs Volcano's PodGroup CRD before the operator starts.
-        self.training_operator = k8s.kustomize.v2.Directory(
+        self.training_operator = KustomizeDirectory(
             "training-operator",
             directory=args.training_operator_dir,
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pulumi
 from google.protobuf import struct_pb2
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime.proto import resource_pb2
@@ -138,6 +139,17 @@ class RecordingMonitor(_mocks.MockMonitor):
         self.registrations: list[Registration] = []
         self._disabled = disabled_default_providers
         self._lock = threading.Lock()  # RPCs arrive on the SDK's executor threads
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives (sdk/go/common/resource/urn/urn.go `New`): the parent's
+        whole qualified type before the resource's own, none for a child of the root stack.
+        The SDK's mock monitor keeps only the parent's last type and prefixes the root stack's,
+        so URNs printed from there would not work with `pulumi up --target` or `--replace`."""
+        if parent:
+            qualified = parent.split("::")[2]
+            if qualified != "pulumi:pulumi:Stack":
+                type_ = f"{qualified}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
         urn = self.make_urn(request.parent, request.type, request.name)

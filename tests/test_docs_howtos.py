@@ -8,7 +8,6 @@ backend; it is found on PATH or in the engine cache `make engine` fills."""
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import shutil
@@ -17,19 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.engine import local_env, pulumi_bin
 from support.project import REPO, copy_repo
 
 BLOCK = re.compile(r"^```console\n(.*?)^```", re.M | re.S)
 PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if BLOCK.search(p.read_text()))
-ENGINE_CACHE = Path.home() / ".cache" / "gpu-cluster" / "engine"
-
-
-def pulumi_bin() -> str | None:
-    found = shutil.which("pulumi")
-    if found:
-        return str(Path(found).parent)
-    cached = sorted(glob.glob(str(ENGINE_CACHE / "bin-pulumi-*" / "pulumi")))
-    return str(Path(cached[-1]).parent) if cached else None
 
 
 def blocks(page: Path) -> list[tuple[str, list[str], int]]:
@@ -54,14 +45,8 @@ def scratch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     project = copy_repo(tmp_path / "gpu-cluster")
     shutil.copytree(REPO / "rendered", project / "rendered")
     (project / ".venv").symlink_to(REPO / ".venv")
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-           "PULUMI_HOME": str(tmp_path / "pulumi-home"), "PULUMI_CONFIG_PASSPHRASE": "docs",
-           "PULUMI_SKIP_UPDATE_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("PULUMI_ACCESS_TOKEN", None)
-    (tmp_path / "state").mkdir()
-    pulumi = pulumi_bin()
-    if pulumi:
-        env["PATH"] = f"{pulumi}:{env['PATH']}"
+    env = local_env(tmp_path, "docs")
+    if pulumi_bin():
         # What the README's CLI section has the reader do first.
         subprocess.run(["pulumi", "stack", "select", "--create", "prod"], cwd=project, env=env,
                        check=True, capture_output=True, timeout=120)

@@ -29,7 +29,7 @@ def secret(value: Any) -> dict[str, Any]:
 
 def reg(type_: str, name: str, inputs: dict[str, Any], parent: str | None = None,
         **kw: Any) -> Registration:
-    prefix = (parent.split("::")[2] + "$") if parent else "pulumi:pulumi:Stack$"
+    prefix = (parent.split("::")[2] + "$") if parent else ""  # the engine's URN form
     fields: dict[str, Any] = dict(
         urn=f"urn:pulumi:prod::gpu-cluster::{prefix}{type_}::{name}", type=type_, name=name,
         parent=parent, custom=not type_.startswith("gpucluster:"), inputs=inputs,

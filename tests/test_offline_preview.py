@@ -83,8 +83,9 @@ def test_options_are_captured(previewed: tuple[Path, Any]) -> None:
     plan = plan_of(project)
     cmd = plan[HW + "node-a-prepare"]
     assert cmd["options"]["protect"] is True
-    assert cmd["parent"] == ("urn:pulumi:prod::gpu-cluster::pulumi:pulumi:Stack"
-                             "$gpucluster:hardware:BareMetalNode::node-a")
+    # The engine's URN form: no root-stack type before a top-level resource's own.
+    assert cmd["parent"] == ("urn:pulumi:prod::gpu-cluster::"
+                             "gpucluster:hardware:BareMetalNode::node-a")
     assert cmd["layer"] == "hardware" and cmd["custom"] is True
     assert cmd["options"]["additionalSecretOutputs"] == ["connection"]
     assert cmd["options"]["replaceOnChanges"] == ["triggers[*]"]
@@ -95,8 +96,7 @@ def test_options_are_captured(previewed: tuple[Path, Any]) -> None:
     cm = plan["urn:pulumi:prod::gpu-cluster::gpucluster:platform:Platform"
               "$kubernetes:core/v1:ConfigMap::nccl-env"]
     assert cm["options"]["provider"].endswith("$pulumi:providers:kubernetes::k8s")
-    component = plan["urn:pulumi:prod::gpu-cluster::pulumi:pulumi:Stack"
-                     "$gpucluster:hardware:BareMetalNode::node-a"]
+    component = plan["urn:pulumi:prod::gpu-cluster::gpucluster:hardware:BareMetalNode::node-a"]
     assert component["custom"] is False
     stack = "urn:pulumi:prod::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-prod"
     assert component["parent"] == stack

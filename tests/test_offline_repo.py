@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -53,6 +54,15 @@ def test_prod_preview_writes_the_whole_contract(prod_copy: Path) -> None:
     assert (build / "helm" / "gpu-operator.yaml").is_file()
     kinds = {p.name.split("-")[0] for p in (build / "manifests").rglob("*.yaml")}
     assert {"pytorchjob", "deployment", "persistentvolume", "hypernode"} <= kinds
+    # URNs as the engine forms them (sdk/go/common/resource/urn/urn.go): a top-level
+    # component's own type alone, a child's after its parents' whole chain, so a URN copied
+    # from the preview works with `pulumi up --target` and `--replace`.
+    plan = json.loads((build / "plan.json").read_text())
+    urns = {r["urn"] for r in plan["resources"]}
+    assert "urn:pulumi:prod::gpu-cluster::gpucluster:hardware:Hardware::hardware" in urns
+    assert ("urn:pulumi:prod::gpu-cluster::gpucluster:hardware:Hardware$gpucluster:hardware:"
+            "BareMetalNode$command:remote:Command::gpu-node-00-prepare") in urns
+    assert not [u for u in urns if "pulumi:pulumi:Stack$" in u]
     # The preview shows the reviewer the fabric before anything else physical happens.
     assert "bisection bandwidth 12.8 Tb/s" in proc.stdout
     assert "Bring-up order:" in proc.stdout
