@@ -201,15 +201,17 @@ def _other_than_version(change: Change) -> bool:
 
 
 _BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
-_SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"  # components/planning/labels.py
 
 
 def upgrade_lanes(new_inputs: Mapping[str, Mapping[str, Any]] | None
                   ) -> dict[str, list[list[str]]]:
     """The GPU-node batches of the upgrade, per SU (a lane: its batches in order, the lanes
     side by side), as the drain scripts and the nodes' placement labels carry them."""
+    # Imported here: the program's own `components` package is the first this process imports.
+    from components.planning.labels import SU_LABEL
+
     inputs = new_inputs or {}
-    su_of = {str(meta.get("name")): str((meta.get("labels") or {}).get(_SU_LABEL, ""))
+    su_of = {str(meta.get("name")): str((meta.get("labels") or {}).get(SU_LABEL, ""))
              for urn, i in inputs.items() if urn.endswith("-placement")
              for meta in [i.get("metadata") or {}]}
     batches = {tuple(m.group(1).split()) for urn, i in inputs.items()

@@ -9,8 +9,9 @@ import os
 import shutil
 from pathlib import Path
 
-ENGINE_CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE", Path.home() / ".cache" / "gpu-cluster")
-                    ) / "engine"
+from support.project import CACHE
+
+ENGINE_CACHE = CACHE / "engine"
 
 
 def pulumi_bin() -> str | None:

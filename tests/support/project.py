@@ -16,6 +16,9 @@ import yaml
 
 # tests/support/project.py -> the repository root.
 REPO = Path(__file__).resolve().parents[2]
+# Where tools/k8s/build.sh and tools/engine/build.sh keep what they build.
+CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster")
 # Every resource that exists because of one GPU node (named by its hostname).
 NODE_RESOURCES = ("{h}", "{h}-prepare", "{h}-ssh-keys", "{h}-bmc", "{h}-join-token",
                   "{h}-kubeadm-join", "{h}-member", "{h}-placement", "{h}-reboot-check",

@@ -6,7 +6,6 @@ gave no verdict."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from support.project import REPO
+from support.project import CACHE, REPO
 
-CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster")
 # One bin-<versions> directory per build (kube-apiserver, scheduler, controller-manager,
 # kubectl, etcd, kwok, ...), oldest first.
 BINS = sorted((CACHE / "k8s").glob("bin-*"))
