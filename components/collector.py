@@ -1,20 +1,19 @@
 """Garbage-collector settings for stacks of thousands of resources.
 
 A Pulumi program keeps every resource, its Outputs and their futures alive until it ends, so its
-heap only grows, and CPython's default thresholds re-scan that whole heap again and again: about a
-third of a 1000-node preview went to full collections. The objects the imports built are frozen
-out of collection and young objects are collected less often; reference cycles are still freed.
+heap only grows and the collector's passes find almost nothing to free: at 512 GPU nodes, young
+collections alone took a fifth of the program (4.6 s of 20 s, even with thresholds raised to
+20,000/50/50), and turning automatic collection off raised the peak by 5 % (831 → 871 MiB). So
+the objects the imports built are frozen and automatic collection is off for the program's life,
+which ends with its process (`python -m offline` restores the collector after a run).
 """
 
 from __future__ import annotations
 
 import gc
 
-# Allocations between young collections, and the generation multipliers (CPython: 700, 10, 10).
-THRESHOLDS = (20_000, 50, 50)
-
 
 def tune_collector() -> None:
     """Call once, after the program's imports."""
     gc.freeze()
-    gc.set_threshold(*THRESHOLDS)
+    gc.disable()

@@ -11,6 +11,7 @@ exception of the program, of an RPC or of an apply callback.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import runpy
@@ -285,6 +286,7 @@ def run_program(
         monitor=monitor,
     )
     pulumi.runtime.set_all_config(stack_config.config, stack_config.secret_keys)
+    collector = gc.isenabled(), gc.get_threshold()  # the program may tune it for its process
 
     program_globals: dict[str, Any] = {}
 
@@ -311,6 +313,11 @@ def run_program(
         if pending:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
+        # What the program built stays out of the collector's passes, as in its own process.
+        gc.freeze()
+        gc.set_threshold(*collector[1])
+        if collector[0]:
+            gc.enable()
     if loop_errors:
         raise ProgramFailed(loop_errors[0])
     return RunResult(monitor.registrations, program_globals, outputs)
