@@ -242,8 +242,20 @@ class LustreCsi(Model):
     registrar_image: PinnedImage = "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.6.3"
 
 
+class ChartSource(Model):
+    """Where Helm reads the charts from. Neither key: each chart's own `repo`. `archives`: a
+    directory (relative to the project) of chart archives named `<chart>-<version>.tgz`, as
+    `helm pull` and `helm package` name them, for a site with no route to the repositories.
+    `mirror`: the site's Helm repository (https://) or OCI registry (oci://) holding every chart
+    under its upstream name."""
+
+    archives: str | None = Field(None, pattern=r"^[^\s]+$")
+    mirror: str | None = Field(None, pattern=r"^(https://|oci://)\S+$")
+
+
 class Platform(Model):
     cni: Literal["calico", "cilium"] = "calico"
+    charts: ChartSource = ChartSource()
     calico: Chart
     gpu_operator: GpuOperator
     network_operator: NetworkOperator

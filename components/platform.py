@@ -63,14 +63,14 @@ class Platform(pulumi.ComponentResource):
             deps: list[pulumi.Resource] = [*self.namespaces.values()]
             for d in rel.after:
                 deps += [self.releases[d], *self.objects.get(d, [])]
-            oci = rel.chart.repo.startswith("oci://")
+            ref = rel.ref
             release = k8s.helm.v3.Release(
                 rel.name,
                 name=rel.name,
-                chart=f"{rel.chart.repo}/{rel.chart.chart}" if oci else rel.chart.chart,
+                chart=ref.chart,
                 version=rel.chart.version,
-                repository_opts=None if oci else k8s.helm.v3.RepositoryOptsArgs(
-                    repo=rel.chart.repo),
+                repository_opts=None if ref.repo is None else k8s.helm.v3.RepositoryOptsArgs(
+                    repo=ref.repo),
                 namespace=rel.chart.namespace,
                 create_namespace=True,
                 atomic=True,

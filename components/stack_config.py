@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from components.chart_archives import chart_source_problems
 from components.config import INVENTORY, Cluster
 from components.config_checks import semantic_problems
 from components.config_errors import pydantic_problems
@@ -48,7 +49,7 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
                                        message.rstrip("."), fix.rstrip(".") or
                                        "correct the file as described")]) from None
         cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
-    problems = list(semantic_problems(cluster))
+    problems = [*semantic_problems(cluster), *chart_source_problems(cluster, project_dir)]
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config

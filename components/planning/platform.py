@@ -20,7 +20,7 @@ from components.compat import (
     training_operator_pin_fix,
     training_operator_unpinned,
 )
-from components.config import Chart, Cluster
+from components.config import Chart, ChartSource, Cluster, Platform
 from components.planning.fabric.model import FabricPlan
 from components.planning.labels import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 from components.planning.release_placement import with_placement
@@ -50,6 +50,41 @@ class Release:
     chart: Chart
     values: Mapping[str, Any]
     after: tuple[str, ...] = ()
+    source: ChartSource = ChartSource()
+
+    @property
+    def ref(self) -> ChartRef:
+        return chart_ref(self.chart, self.source)
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    """What Helm is given for a chart: a name in `repo`, or (`repo` None) an oci:// reference
+    or a chart archive's path relative to the project."""
+
+    chart: str
+    repo: str | None
+
+
+def archive_name(chart: Chart) -> str:
+    """The file `helm pull` and `helm package` write for the chart at its version."""
+    return f"{chart.chart}-{chart.version}.tgz"
+
+
+def chart_ref(chart: Chart, source: ChartSource) -> ChartRef:
+    if source.archives is not None:
+        return ChartRef(f"{source.archives.rstrip('/')}/{archive_name(chart)}", None)
+    repo = (source.mirror or chart.repo).rstrip("/")
+    if repo.startswith("oci://"):
+        return ChartRef(f"{repo}/{chart.chart}", None)
+    return ChartRef(chart.chart, repo)
+
+
+def chart_paths(p: Platform) -> dict[int, str]:
+    """The config key path of each chart the platform pins, by the chart object's id."""
+    return {id(chart): f"platform.{field.alias or name}"
+            for name, field in type(p).model_fields.items()
+            if isinstance(chart := getattr(p, name), Chart)}
 
 
 def rdma_resource(cluster: Cluster) -> str:
@@ -136,7 +171,8 @@ def rollout_wait_command(release: str) -> str:
 def helm_releases(cluster: Cluster) -> list[Release]:
     """Every chart, in installation order (each release only names releases listed before),
     each with the placement that gives all of its pods a node (release_placement)."""
-    return [replace(r, values=with_placement(r.name, r.values)) for r in _releases(cluster)]
+    return [replace(r, values=with_placement(r.name, r.values), source=cluster.platform.charts)
+            for r in _releases(cluster)]
 
 
 def _releases(cluster: Cluster) -> list[Release]:

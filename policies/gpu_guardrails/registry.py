@@ -191,6 +191,16 @@ def get(obj: Any, *path: Any) -> Any:
     return cur
 
 
+def chart_name(props: Any) -> str | None:
+    """A Helm release's chart by name, however Helm is given it: `gpu-operator` in a
+    repository, `oci://…/gpu-operator`, or a local archive `…/gpu-operator-v26.3.2.tgz`."""
+    chart, version = get(props, "chart"), get(props, "version")
+    if not isinstance(chart, str):
+        return None
+    name = chart.rsplit("/", 1)[-1]
+    return name.removesuffix(f"-{version}.tgz") if isinstance(version, str) else name
+
+
 def is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     return isinstance(value, Mapping)
 

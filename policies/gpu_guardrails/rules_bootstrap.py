@@ -15,7 +15,7 @@ from pulumi_policy import (
 
 from . import compat_data
 from .common import KUBEADM_INIT, config
-from .registry import Report, get, resource_rule, stack_rule
+from .registry import Report, chart_name, get, resource_rule, stack_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
@@ -154,9 +154,9 @@ def component_versions_compatible(args: StackValidationArgs, report: Report) -> 
     for r in args.resources:
         if r.resource_type.startswith("kubernetes:helm.sh/") and r.resource_type.endswith(
                 ":Release"):
-            chart, version = get(r.props, "chart"), get(r.props, "version")
-            if isinstance(chart, str) and isinstance(version, str):
-                charts[chart.rsplit("/", 1)[-1]] = (version, r.urn)
+            chart, version = chart_name(r.props), get(r.props, "version")
+            if chart is not None and isinstance(version, str):
+                charts[chart] = (version, r.urn)
         stdin = get(r.props, "stdin") if r.resource_type == "command:remote:Command" else None
         if isinstance(stdin, str):
             m = _K8S_VERSION.search(stdin)

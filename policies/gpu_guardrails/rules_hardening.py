@@ -11,7 +11,7 @@ import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 
 from .common import KUBEADM_INIT, TRAINING_JOB_TYPES, containers, pod_templates
-from .registry import Report, get, is_list, is_map, resource_rule
+from .registry import Report, chart_name, get, is_list, is_map, resource_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
@@ -313,8 +313,7 @@ def grafana_no_default_password(args: ResourceValidationArgs,
     """kube-prometheus-stack enables Grafana with the published admin password
     `prom-operator`: every dashboard (and every data source's credentials) for anyone who
     reads the chart's README."""
-    if get(args.props, "chart") != "kube-prometheus-stack" and \
-            not str(get(args.props, "chart") or "").endswith("/kube-prometheus-stack"):
+    if chart_name(args.props) != "kube-prometheus-stack":
         return
     grafana = get(args.props, "values", "grafana")
     if get(grafana, "enabled") is False or get(grafana, "admin", "existingSecret"):
