@@ -300,10 +300,11 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
     """The platform releases and their objects, then the Lustre volumes; and the objects a
     split site's workloads part judges against (`site_facts.platform_facts`)."""
     after_kube = [kube] if kube is not None else []
-    with open(Path(__file__).resolve().parent.parent / platform.TRAINING_OPERATOR_DIR
-              / "kustomization.yaml") as f:
-        platform.check_training_operator_dir(f.read(),
-                                             cluster.platform.training_operator.version)
+    operator = cluster.platform.training_operator
+    vendored = operator.source == "vendored"
+    operator_dir = platform.training_operator_dir(vendored)
+    with open(Path(__file__).resolve().parent.parent / operator_dir / "kustomization.yaml") as f:
+        platform.check_training_operator_dir(f.read(), operator.version, vendored)
     queues, policies = platform.queues(cluster), platform.network_policies(cluster)
     attachments = platform.network_attachments(cluster, platform.training_namespaces(cluster))
     plat = Platform("platform", PlatformArgs(
@@ -321,7 +322,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
             "volcano": queues + platform.hypernodes(fabric_plan),
         },
         network_attachments=attachments,
-        training_operator_dir=platform.TRAINING_OPERATOR_DIR,
+        training_operator_dir=operator_dir,
         priority_classes=platform.priority_classes(),
         wait_connection=cp.connection,
     ), pulumi.ResourceOptions(depends_on=after_kube))

@@ -228,9 +228,12 @@ class NetworkOperator(Chart):
 
 
 class TrainingOperator(Model):
-    """Installed from the release's kustomize overlay (the v1 operator ships no Helm chart)."""
+    """Installed from the release's kustomize overlay (the v1 operator ships no Helm chart):
+    from GitHub, or `vendored`, from the release's manifests copied into the project by
+    tools/vendor-training-operator.sh (for a site with no route out)."""
 
     version: ExactVersion
+    source: Literal["github", "vendored"] = "github"
 
 
 class LustreCsi(Model):

@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from components.chart_archives import chart_source_problems
 from components.config import INVENTORY, Cluster
 from components.config_checks import semantic_problems
 from components.config_errors import pydantic_problems
@@ -24,6 +23,7 @@ from components.inventory import InventoryError, load_inventory
 from components.planning import placement
 from components.planning.fabric import PlanError
 from components.planning.ssh_keys import fingerprint, key_id, public_key_of
+from components.platform_sources import source_problems
 from components.site import SITE_KEY, stack_cluster
 
 
@@ -49,7 +49,7 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
                                        message.rstrip("."), fix.rstrip(".") or
                                        "correct the file as described")]) from None
         cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
-    problems = [*semantic_problems(cluster), *chart_source_problems(cluster, project_dir)]
+    problems = [*semantic_problems(cluster), *source_problems(cluster, project_dir)]
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config

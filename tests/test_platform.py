@@ -466,6 +466,12 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
                                             "/spec/template/spec/priorityClassName"}
     with pytest.raises(ValueError, match="v1.9.3"):
         platform.check_training_operator_dir(text, "v1.9.3")
+    # The vendored variant: the same patches over the release's manifests in the project.
+    vendored = (REPO / platform.TRAINING_OPERATOR_VENDORED_DIR / "kustomization.yaml").read_text()
+    platform.check_training_operator_dir(vendored, "v1.9.4", vendored=True)
+    assert yaml.safe_load(vendored)["patches"] == doc["patches"]
+    assert yaml.safe_load(vendored)["resources"] == [
+        "../../vendor/training-operator/manifests/overlays/standalone"]
     # A release without its commit is refused with the fix, never rendered as a tag ref.
     with pytest.raises(ValueError, match=r"v1\.9\.5 .*add \"v1\.9\.5\".*TRAINING_OPERATOR_COMMITS"):
         platform.training_operator_kustomization("v1.9.5")

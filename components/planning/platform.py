@@ -703,41 +703,59 @@ def _hypernode(name: str, tier: int, tier_name: str, members: list[tuple[str, st
 # ---------------------------------------------------------------- Training Operator
 
 
-def training_operator_kustomization(version: str) -> str:
-    """platform/training-operator/kustomization.yaml: the upstream standalone overlay at the
-    pinned release, plus --gang-scheduler-name=volcano so every PyTorchJob/MPIJob gets a
-    Volcano PodGroup (minMember = runPolicy.schedulingPolicy.minAvailable). The overlay is
-    fetched by the commit the release's tag points to (TRAINING_OPERATOR_COMMITS)."""
+def training_operator_kustomization(version: str, vendored: bool = False) -> str:
+    """The Training Operator's kustomization: the upstream standalone overlay at the pinned
+    release, plus --gang-scheduler-name=volcano so every PyTorchJob/MPIJob gets a Volcano
+    PodGroup (minMember = runPolicy.schedulingPolicy.minAvailable). The overlay comes from
+    GitHub by the commit the release's tag points to (TRAINING_OPERATOR_COMMITS), or, vendored,
+    from the release's manifests copied into VENDORED_TRAINING_OPERATOR."""
     commit = TRAINING_OPERATOR_COMMITS.get(version)
     if commit is None:
         raise ValueError(f"platform.trainingOperator.version {version} "
                          f"{training_operator_unpinned(version)}: "
                          f"{training_operator_pin_fix(version)}")
-    return TRAINING_OPERATOR_KUSTOMIZATION.format(version=version, commit=commit)
+    overlay = (TRAINING_OPERATOR_VENDORED_OVERLAY if vendored else
+               TRAINING_OPERATOR_GITHUB_OVERLAY).format(version=version, commit=commit)
+    return TRAINING_OPERATOR_KUSTOMIZATION.format(overlay=overlay)
 
 
-def check_training_operator_dir(text: str, version: str) -> None:
+def training_operator_dir(vendored: bool) -> str:
+    return TRAINING_OPERATOR_VENDORED_DIR if vendored else TRAINING_OPERATOR_DIR
+
+
+def check_training_operator_dir(text: str, version: str, vendored: bool = False) -> None:
     """The committed kustomization must pin the release the config names."""
-    if text != training_operator_kustomization(version):
+    if text != training_operator_kustomization(version, vendored):
         raise ValueError(
-            f"{TRAINING_OPERATOR_DIR}/kustomization.yaml does not match "
+            f"{training_operator_dir(vendored)}/kustomization.yaml does not match "
             f"platform.trainingOperator.version {version}: regenerate it with "
-            "components.planning.platform.training_operator_kustomization(version)")
+            "components.planning.platform.training_operator_kustomization(version, "
+            f"vendored={vendored})")
 
 
 TRAINING_OPERATOR_DIR = "platform/training-operator"
+TRAINING_OPERATOR_VENDORED_DIR = "platform/training-operator-vendored"
+# Where tools/vendor-training-operator.sh copies the release's manifests/ (and VERSION).
+VENDORED_TRAINING_OPERATOR = "vendor/training-operator"
+TRAINING_OPERATOR_GITHUB_OVERLAY = """\
+  # {version}: the commit its tag points to (a tag can be moved, a commit cannot).
+  - github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={commit}
+"""
+TRAINING_OPERATOR_VENDORED_OVERLAY = """\
+  # {version}: the release's manifests/, copied from its Go module by
+  # tools/vendor-training-operator.sh (vendor/training-operator/VERSION names the release).
+  - ../../vendor/training-operator/manifests/overlays/standalone
+"""
 TRAINING_OPERATOR_KUSTOMIZATION = """\
 # The Kubeflow Training Operator (PyTorchJob, MPIJob kubeflow.org/v1) from its release, with
 # gang scheduling through Volcano: the operator creates a scheduling.volcano.sh PodGroup per job.
-# Rendered by components/planning/platform.py::training_operator_kustomization; a test keeps
-# the two equal, and the ref the commit of the tag platform.trainingOperator.version names
-# (policies/gpu_guardrails/compat_data.py::TRAINING_OPERATOR_COMMITS).
+# Rendered by components/planning/platform.py::training_operator_kustomization (a test keeps
+# the two equal) for the release platform.trainingOperator.version names, whose tag's commit
+# is in policies/gpu_guardrails/compat_data.py::TRAINING_OPERATOR_COMMITS.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  # {version}: the commit its tag points to (a tag can be moved, a commit cannot).
-  - github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={commit}
-patches:
+{overlay}patches:
   - target:
       group: apps
       version: v1

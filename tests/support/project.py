@@ -48,9 +48,9 @@ def run_offline(project: Path, *args: str, hashseed: str = "0"
 
 
 def copy_repo(dst: Path) -> Path:
-    """A copy of this repository without build/, rendered/, .git or caches, to preview changes
-    in."""
+    """A copy of this repository without build/, rendered/, vendor/, .git or caches (as a
+    fresh clone has it), to preview changes in."""
     shutil.copytree(REPO, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
         ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache",
-        ".mypy_cache", "rendered"))
+        ".mypy_cache", "rendered", "vendor"))
     return dst

@@ -1,20 +1,26 @@
-"""Where Helm reads the charts (`platform.charts`): each chart's repository, a site's mirror, or
-a directory of chart archives for a site with no route out. An archive must be the pinned chart
-at the pinned version by its own Chart.yaml; anything else is refused before a resource is
-registered. The archives here are the stack's nine charts packaged from their upstream tags
-(../shared/upstream/charts)."""
+"""Where the platform comes from. Helm reads the charts (`platform.charts`) from each chart's
+repository, a site's mirror, or a directory of chart archives for a site with no route out; an
+archive must be the pinned chart at the pinned version by its own Chart.yaml. The Training
+Operator's overlay comes from GitHub or, vendored, from the release's manifests in the project.
+Anything missing is refused before a resource is registered. The archives here are the stack's
+nine charts packaged from their upstream tags (../shared/upstream/charts); the vendored
+manifests come from the operator's Go module, as tools/vendor-training-operator.sh fetches
+them."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.project import REPO, run_offline
 from support.stack_edits import edit_stack
+from support.twin import BINS
 
 ARCHIVES = REPO.parent / "shared" / "upstream" / "charts"
 # Every chart prod pins, as `helm pull`/`helm package` name its archive (Pulumi.prod.yaml).
@@ -130,3 +136,54 @@ def test_archives_and_a_mirror_together_are_refused(project: Path) -> None:
 def test_an_archive_directory_that_is_not_there_is_refused(project: Path) -> None:
     with_source(project, {"archives": "no-such-dir"})
     assert "platform.charts.archives: is not a directory (got 'no-such-dir')" in refused(project)
+
+
+def with_operator_source(project: Path, source: str) -> None:
+    def change(cluster: dict[str, Any]) -> None:
+        cluster["platform"]["trainingOperator"]["source"] = source
+    edit_stack(project, change)
+
+
+@pytest.mark.slow
+def test_a_vendored_training_operator_builds_with_kustomize_from_the_project(
+        project: Path) -> None:
+    if not BINS:
+        pytest.skip("no kubectl: make k8s-tools")
+    vendor = subprocess.run(["bash", "tools/vendor-training-operator.sh", "v1.9.4"], cwd=project,
+                            capture_output=True, text=True, timeout=600)
+    if vendor.returncode != 0 and "go is not installed" in vendor.stderr:
+        pytest.skip(vendor.stderr)
+    assert vendor.returncode == 0, vendor.stderr
+    with_operator_source(project, "vendored")
+    assert (proc := run_offline(project, "preview")).returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads((project / "build" / "prod" / "plan.json").read_text())
+    (operator,) = [r for r in plan["resources"] if r["name"] == "training-operator"]
+    directory = operator["inputs"]["directory"]
+    assert directory == "platform/training-operator-vendored"
+    # What the provider's kustomize builds from that directory, with no network (the real
+    # kustomize in kubectl): the release's CRDs and the operator patched for Volcano.
+    built = subprocess.run([str(BINS[-1] / "kubectl"), "kustomize", directory], cwd=project,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    objects = [o for o in yaml.safe_load_all(built.stdout) if o]
+    crds = {o["spec"]["names"]["kind"] for o in objects
+            if o["kind"] == "CustomResourceDefinition"}
+    assert {"PyTorchJob", "MPIJob"} <= crds
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert "--gang-scheduler-name=volcano" in \
+        deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_a_vendored_training_operator_that_is_not_there_is_refused(project: Path) -> None:
+    with_operator_source(project, "vendored")
+    err = refused(project)
+    assert "gpu-cluster:cluster.platform.trainingOperator.source: vendor/training-operator " \
+           "holds no manifests, not those of v1.9.4 (got 'vendored')" in err
+    assert "run tools/vendor-training-operator.sh v1.9.4" in err
+    # Another release's manifests are refused too.
+    (project / "vendor" / "training-operator" / "manifests" / "overlays" / "standalone").mkdir(
+        parents=True)
+    (project / "vendor" / "training-operator" / "manifests" / "overlays" / "standalone"
+     / "kustomization.yaml").write_text("resources: []\n")
+    (project / "vendor" / "training-operator" / "VERSION").write_text("v1.9.3\n")
+    assert "holds the manifests of v1.9.3, not those of v1.9.4" in refused(project)

@@ -1,6 +1,10 @@
-"""The chart archives a site names (`platform.charts.archives`), checked before anything is
-registered: every chart the stack installs must be there as `<chart>-<version>.tgz`, and be that
-chart at that version by its own Chart.yaml (a file renamed by hand is not the pinned chart)."""
+"""Where the platform's charts and manifests come from, checked before anything is registered.
+
+Chart archives (`platform.charts.archives`): every chart the stack installs must be there as
+`<chart>-<version>.tgz`, and be that chart at that version by its own Chart.yaml (a file renamed
+by hand is not the pinned chart). The vendored Training Operator
+(`platform.trainingOperator.source: vendored`): its manifests must be there, of the release the
+config names."""
 
 from __future__ import annotations
 
@@ -11,12 +15,39 @@ import yaml
 
 from components.config import Cluster
 from components.config_types import Problem
-from components.planning.platform import archive_name, chart_paths, helm_releases
+from components.planning.platform import (
+    VENDORED_TRAINING_OPERATOR,
+    archive_name,
+    chart_paths,
+    helm_releases,
+)
 
 KEY = "platform.charts"
 
 
-def chart_source_problems(cluster: Cluster, project_dir: Path) -> list[Problem]:
+def source_problems(cluster: Cluster, project_dir: Path) -> list[Problem]:
+    return [*_chart_problems(cluster, project_dir), *_operator_problems(cluster, project_dir)]
+
+
+def _operator_problems(cluster: Cluster, project_dir: Path) -> list[Problem]:
+    operator = cluster.platform.training_operator
+    if operator.source != "vendored":
+        return []
+    root = project_dir / VENDORED_TRAINING_OPERATOR
+    version = root / "VERSION"
+    found = version.read_text().strip() if version.is_file() else None
+    overlay = root / "manifests" / "overlays" / "standalone" / "kustomization.yaml"
+    if found == operator.version and overlay.is_file():
+        return []
+    holds = f"the manifests of {found}" if found and overlay.is_file() else "no manifests"
+    return [Problem(
+        "platform.trainingOperator.source", operator.source,
+        f"{VENDORED_TRAINING_OPERATOR} holds {holds}, not those of {operator.version}",
+        f"run tools/vendor-training-operator.sh {operator.version} (it copies them from the "
+        "Go module proxy or the site's mirror of it), or set source: github")]
+
+
+def _chart_problems(cluster: Cluster, project_dir: Path) -> list[Problem]:
     source = cluster.platform.charts
     if source.archives is not None and source.mirror is not None:
         return [Problem(KEY, {"archives": source.archives, "mirror": source.mirror},
