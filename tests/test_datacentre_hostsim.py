@@ -326,3 +326,50 @@ def _wait_for(condition: Any, what: str, timeout: float = TIMEOUT) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def test_a_switch_logs_its_admin_in_with_the_password_only(tmp_path: Path) -> None:
+    # A switch's management CLI takes the admin's password (switchPassword), not a key.
+    centre = make_datacentre(tmp_path, ("spine-01",))
+    password = tmp_path / "switch-password"
+    password.write_text("Sw1tch-pa55\n")
+    spec = json.loads(centre.spec.read_text())
+    (switch,) = spec["hosts"]
+    switch.update(user="admin", passwordFile=str(password))
+    del switch["authorizedKeys"]
+    centre.spec.write_text(json.dumps(spec))
+    askpass = tmp_path / "askpass"
+
+    def login(given: str) -> subprocess.CompletedProcess[str]:
+        askpass.write_text(f"#!/bin/sh\necho '{given}'\n")
+        askpass.chmod(0o700)
+        # ssh keeps the first value of an option: these go before ssh_argv's BatchMode=yes.
+        ssh, *rest = centre.ssh_argv("spine-01", user="admin")
+        argv = [ssh, "-o", "BatchMode=no", "-o", "PubkeyAuthentication=no",
+                "-o", "PreferredAuthentications=password", "-o", "NumberOfPasswordPrompts=1",
+                *rest]
+        return subprocess.run([*argv, "cat /host/hostname"], capture_output=True, text=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                              env={"PATH": "/usr/bin:/bin", "SSH_ASKPASS": str(askpass),
+                                   "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"})
+
+    with serve(centre.spec):
+        ok = login("Sw1tch-pa55")
+        assert ok.stdout == "spine-01\n", ok.stderr
+        wrong = login("guess")
+        assert wrong.returncode == 255 and "Permission denied (password)." in wrong.stderr
+        # No key is accepted for it, even the client's.
+        keyed = centre.ssh("spine-01", "true", user="admin")
+        assert keyed.returncode == 255, keyed.stderr
+    assert [c["command"] for c in centre.calls("spine-01")] == ["cat /host/hostname"]
+
+
+def test_a_host_with_neither_keys_nor_password_is_refused(tmp_path: Path) -> None:
+    centre = make_datacentre(tmp_path, ("gpu-node-01",))
+    spec = json.loads(centre.spec.read_text())
+    del spec["hosts"][0]["authorizedKeys"]
+    centre.spec.write_text(json.dumps(spec))
+    done = subprocess.run([str(build_hostsim()), str(centre.spec)], capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert done.returncode == 2 and done.stdout == ""
+    assert 'host "gpu-node-01": authorizedKeys or passwordFile is required' in done.stderr

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("components", "offline", "twin")
+PACKAGES = ("components", "offline", "twin", "e2e")
 
 
 def _module_name(path: Path) -> str:

@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ type hostSpec struct {
 	Port           int      `json:"port"`
 	HostKey        string   `json:"hostKey"`
 	AuthorizedKeys string   `json:"authorizedKeys"`
+	PasswordFile   string   `json:"passwordFile"` // a switch's admin logs in with a password
 	User           string   `json:"user"`
 	Exec           []string `json:"exec"`
 	CallsLog       string   `json:"callsLog"`
@@ -148,8 +150,10 @@ func validate(s *spec) error {
 			return fmt.Errorf("host %q is named twice", h.Name)
 		case h.Port < 1 || h.Port > 65535:
 			return fmt.Errorf("host %q: port %d is not in 1-65535", h.Name, h.Port)
-		case h.HostKey == "" || h.AuthorizedKeys == "" || h.User == "":
-			return fmt.Errorf("host %q: hostKey, authorizedKeys and user are required", h.Name)
+		case h.HostKey == "" || h.User == "":
+			return fmt.Errorf("host %q: hostKey and user are required", h.Name)
+		case h.AuthorizedKeys == "" && h.PasswordFile == "":
+			return fmt.Errorf("host %q: authorizedKeys or passwordFile is required", h.Name)
 		case len(h.Exec) == 0:
 			// Without a sandbox prefix the command would run on this machine itself.
 			return fmt.Errorf("host %q: exec (the sandbox's argv prefix) is empty", h.Name)
@@ -193,9 +197,9 @@ func openLog(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 }
 
-// sshConfig: the host's own ed25519 key; public-key authentication only, for the one user,
-// against the keys its authorized_keys held at start. Without password or keyboard-interactive
-// callbacks the ssh package refuses both methods.
+// sshConfig: the host's own ed25519 key; public-key authentication against the keys its
+// authorized_keys held at start and/or (a switch) the password in passwordFile, for the one
+// user. The ssh package refuses every method without a callback (keyboard-interactive always).
 func sshConfig(h hostSpec) (*ssh.ServerConfig, error) {
 	pem, err := os.ReadFile(h.HostKey)
 	if err != nil {
@@ -208,12 +212,13 @@ func sshConfig(h hostSpec) (*ssh.ServerConfig, error) {
 	if t := signer.PublicKey().Type(); t != ssh.KeyAlgoED25519 {
 		return nil, fmt.Errorf("%s: a %s key; the hosts use ed25519 host keys", h.HostKey, t)
 	}
-	keys, err := authorizedKeys(h.AuthorizedKeys)
-	if err != nil {
-		return nil, err
-	}
-	config := &ssh.ServerConfig{
-		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+	config := &ssh.ServerConfig{ServerVersion: "SSH-2.0-hostsim"}
+	if h.AuthorizedKeys != "" {
+		keys, err := authorizedKeys(h.AuthorizedKeys)
+		if err != nil {
+			return nil, err
+		}
+		config.PublicKeyCallback = func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 			if c.User() != h.User {
 				return nil, fmt.Errorf("user %q is not %q", c.User(), h.User)
 			}
@@ -221,8 +226,23 @@ func sshConfig(h hostSpec) (*ssh.ServerConfig, error) {
 				return nil, fmt.Errorf("key %s is not authorized", ssh.FingerprintSHA256(key))
 			}
 			return nil, nil
-		},
-		ServerVersion: "SSH-2.0-hostsim",
+		}
+	}
+	if h.PasswordFile != "" {
+		want, err := os.ReadFile(h.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		want = bytes.TrimRight(want, "\n")
+		if len(want) == 0 {
+			return nil, fmt.Errorf("%s: empty password", h.PasswordFile)
+		}
+		config.PasswordCallback = func(c ssh.ConnMetadata, password []byte) (*ssh.Permissions, error) {
+			if c.User() != h.User || subtle.ConstantTimeCompare(password, want) != 1 {
+				return nil, errors.New("wrong user or password")
+			}
+			return nil, nil
+		}
 	}
 	config.AddHostKey(signer)
 	return config, nil
