@@ -54,7 +54,7 @@ render: $(VENV)/.installed
 test: $(VENV)/.installed deps k8s-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not e2e"
 
 # The developer loop: lint, types and the tests not marked `slow` (those need the subnet
 # manager, the twin's control plane, the Pulumi CLI or other built tools).
@@ -97,8 +97,10 @@ k8s-tools:
 twin: $(VENV)/.installed deps k8s-tools
 	$(PY) -m twin --stack $(STACK)
 
-# End to end: what runs without hardware against real engines (today: the cluster twin).
-e2e: twin
+# End to end: what runs without hardware against real engines: the cluster twin, then the real
+# Pulumi engine (`make engine`) against the offline preview and on the simulated data centre.
+e2e: twin engine
+	$(PY) -m pytest -q -m e2e
 
 clean:
 	rm -rf build $(VENV)

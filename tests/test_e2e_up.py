@@ -26,6 +26,7 @@ from e2e.stack import STACK
 ENGINE = pulumi_bin()
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.e2e,
     pytest.mark.skipif(ENGINE is None or not all(
         (Path(ENGINE) / f"pulumi-{p}").exists() for p in ("language-python", "resource-command")),
         reason="the engine is not built: run `make engine`"),

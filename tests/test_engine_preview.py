@@ -17,7 +17,7 @@ from support.engine import local_env, pulumi_bin
 from support.project import REPO, copy_repo, run_offline
 
 ENGINE = pulumi_bin()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.skipif(
     ENGINE is None or not all((Path(ENGINE) / f"pulumi-{p}").exists() for p in (
         "language-python", "resource-command", "resource-kubernetes")),
     reason="the engine is not built: run `make engine`")]
