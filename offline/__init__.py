@@ -12,4 +12,6 @@ Layout:
   preview.py      orchestration and writing
   cli.py          `python -m offline preview | check-rendered | bench`
   bench.py        scaling benchmark against the SDK floor
+  bench_split.py  a split site's parts beside the whole site
+  bench_engine.py the real `pulumi preview` beside the offline preview, and where its time goes
 """

@@ -191,9 +191,13 @@ def cmd_site(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
+    from .bench_engine import main as engine_main
     from .bench_split import main as split_main
 
     status = bench_main(args)
+    if status == EXIT_OK and not args.synthetic and args.engine is not False:
+        print()
+        status = engine_main(args)  # the real `pulumi preview` beside the offline one
     if status == EXIT_OK and not args.synthetic:
         print()
         status = split_main(args)  # each part of a split site beside the whole
@@ -266,6 +270,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="preview the whole split site too, up to this size (256)")
     p.add_argument("--synthetic", type=int, default=0, metavar="N",
                    help="instead: a synthetic program registering N ConfigMaps vs the floor")
+    p.add_argument("--engine", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time the real `pulumi preview` (make engine) of prod and of "
+                        "--engine-sizes beside the offline preview; default: when the engine "
+                        "is built (else one line says why not); --engine fails without it")
+    p.add_argument("--engine-sizes", default="128",
+                   help="GPU node counts of the generated stacks the engine previews, after "
+                        "prod (128; '' prod only)")
+    p.add_argument("--engine-repeat", type=int, default=1, metavar="N",
+                   help="runs per stack for the engine section (1: the engine takes minutes "
+                        "a run at 128 nodes)")
+    p.add_argument("--engine-profile", metavar="DIR",
+                   help="then one more engine run per stack and variant with the CLI's "
+                        "--profiling, writing Go CPU profiles into DIR")
     p.set_defaults(func=cmd_bench)
 
     # A child process of `bench`: no help, so the usage and command list leave it out.

@@ -1,11 +1,22 @@
-"""The benchmark's stack generator (the timing itself is never asserted)."""
+"""The benchmark's stack generator, its tables and the engine section's skip path (the timing
+itself is never asserted)."""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
+import os
+import sys
+from pathlib import Path
 
+import pytest
+from support.project import REPO
+
+from offline import bench_engine
 from offline.bench import best, per_node, scale_gpu_nodes, table
+from offline.bench_engine import best_engine, engine_table, find_engine, run_tree
 from offline.bench_split import split_site, split_table
+from offline.cli import build_parser
 
 BASE = {"config": {"gpu-cluster:cluster": {
     "inventoryFile": "inventory/prod.csv",
@@ -140,3 +151,111 @@ def test_resources_per_node_are_counted_by_what_they_are_for() -> None:
     assert per_node(plan, ["gpu-node-00", "gpu-node-01"]) == {
         "": 1.0, "-prepare": 0.5, "-reboot": 0.5, "-reboot-wait": 0.5,
         "-kubernetes-upgrade": 0.5, "other": 0.5}
+
+
+def _engine_row(stack: str, resources: int, offline: float, program: float, engine: float,
+                no_checkpoints: float, steps: int | None = None) -> dict:
+    def run(seconds: float) -> dict:
+        return {"seconds": seconds, "rss": 400.0, "cpu_wait4": seconds * 1.1,
+                "cpu": {"program": seconds / 2, "engine": seconds / 4, "pip": 0.5}}
+    steps = resources + 1 if steps is None else steps
+    return {"stack": stack, "resources": resources, "offline": offline, "program": program,
+            "steps": {"engine": steps, "no_checkpoints": steps},
+            "engine": run(engine), "no_checkpoints": run(no_checkpoints)}
+
+
+def test_engine_table_reports_the_engine_beside_the_offline_preview() -> None:
+    text = engine_table([_engine_row("prod", 219, 2.0, 1.25, 5.0, 4.0),
+                         _engine_row("128 nodes", 2168, 8.0, 4.0, 320.0, 32.0)])
+    # engine / offline 2.5 and 40.0, engine / program 4.0 and 80.0, no checkpoints / offline
+    assert "| prod | 219 | 2.00 | 1.25 | 5.00 | 2.5 | 4.0 | 4.00 | 2.0 | 400 | 400 |" in text
+    assert "| 128 nodes | 2168 | 8.00 | 4.00 | 320.00 | 40.0 | 80.0 | 32.00 | 4.0 |" in text
+    # CPU by process: program, engine, language host, pip, providers, other; sampled, wait4
+    assert ("| 128 nodes | default | 320.0 | 160.0 | 80.0 | 0.0 | 0.5 | 0.0 | 0.0 | 0.0 "
+            "| 240.5 | 352.0 |") in text
+    assert "| 128 nodes | no checkpoints | 32.0 | 16.0 | 8.0 |" in text
+    assert "planned" not in text  # the engine's steps: the offline resources and its Stack
+
+
+def test_engine_table_says_when_the_engine_planned_other_resources() -> None:
+    text = engine_table([_engine_row("prod", 219, 2.0, 1.25, 5.0, 4.0, steps=219)])
+    assert "prod: the engine planned {'engine': 219, 'no_checkpoints': 219} steps" in text
+
+
+def test_repeated_engine_runs_report_the_fastest_with_its_breakdown() -> None:
+    slow, fast = (_engine_row("prod", 219, 2.0, 1.25, 6.0, 4.0),
+                  _engine_row("prod", 219, 2.5, 1.0, 5.0, 4.5))
+    slow["engine"]["rss"], fast["no_checkpoints"]["rss"] = 500.0, 450.0
+    row = best_engine([slow, fast])
+    assert (row["offline"], row["program"]) == (2.0, 1.0)
+    assert row["engine"]["seconds"] == 5.0 and row["engine"]["cpu"]["program"] == 2.5
+    assert row["engine"]["rss"] == 500.0  # the largest of the runs
+    assert row["no_checkpoints"]["seconds"] == 4.0 and row["no_checkpoints"]["rss"] == 450.0
+
+
+def _bench_args(**kw: object) -> argparse.Namespace:
+    args = build_parser().parse_args(["bench", "--project-dir", str(REPO)])
+    return argparse.Namespace(**{**vars(args), **kw})
+
+
+def test_without_the_engine_the_section_is_skipped_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi on PATH
+    monkeypatch.setenv("GPU_CLUSTER_CACHE", str(tmp_path / "cache"))  # nor in the cache
+    assert find_engine(REPO)[0] is None
+    assert bench_engine.main(_bench_args()) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("engine: skipped: no pulumi on PATH or in ") and "make engine" in out
+    assert out.count("\n") == 1
+    # Asked for by --engine: the same reason, and a failure.
+    assert bench_engine.main(_bench_args(engine=True)) == 2
+    assert "engine: skipped: no pulumi" in capsys.readouterr().err
+    # --no-engine: nothing at all.
+    assert bench_engine.main(_bench_args(engine=False)) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_an_engine_without_its_plugins_is_skipped(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cli = tmp_path / "cache" / "engine" / "bin-pulumi-v0" / "pulumi"
+    cli.parent.mkdir(parents=True)
+    cli.write_text("#!/bin/sh\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("GPU_CLUSTER_CACHE", str(tmp_path / "cache"))
+    where, why = find_engine(REPO)
+    assert where is None and "has no pulumi-language-python" in why
+
+
+def test_bench_engine_flags() -> None:
+    parse = build_parser().parse_args
+    assert parse(["bench"]).engine is None  # on when the engine is built
+    assert parse(["bench", "--no-engine"]).engine is False
+    args = parse(["bench", "--engine", "--engine-sizes", "8,128", "--engine-repeat", "1"])
+    assert (args.engine, args.engine_sizes, args.engine_repeat) == (True, "8,128", 1)
+
+
+def test_a_process_tree_is_timed_and_its_cpu_attributed_by_process(tmp_path: Path) -> None:
+    """The sampler follows a child's children: a shell whose child burns CPU for 0.8 s."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\n"
+    (tmp_path / "burn.py").write_text(burn)
+    run = run_tree(["bash", "-c", f"{sys.executable} burn.py; true"], tmp_path,
+                   {"PATH": os.environ["PATH"]})
+    assert run.returncode == 0 and run.seconds >= 0.8
+    assert run.cpu.get("other", 0.0) >= 0.4  # sampled every 0.2 s: the last samples may miss
+    assert run.cpu_wait4 >= 0.8  # the shell and the Python it waited for
+    assert run.peak_rss_mib > 1
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_engine_plans_what_the_offline_preview_of_prod_does() -> None:
+    """One engine run of prod, both ways (seconds): the same resources (and the Stack)."""
+    where, why = find_engine(REPO)
+    if where is None:
+        pytest.skip(why)
+    (row,) = bench_engine.bench_engine(REPO, [], 1, where)
+    assert row["steps"] == {"engine": row["resources"] + 1,
+                            "no_checkpoints": row["resources"] + 1}
+    assert row["engine"]["cpu"]["program"] > 0 and row["engine"]["cpu"]["engine"] > 0
