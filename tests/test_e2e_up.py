@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.datacentre import Datacentre, build, cli, engine_env, make_secrets, running
+from support.datacentre import (
+    OUT,
+    Datacentre,
+    build,
+    cli,
+    engine_env,
+    make_secrets,
+    publish,
+    running,
+)
 from support.engine import pulumi_bin
 from support.sandbox import unavailable
 
@@ -89,6 +98,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Datacentre, dict[
             up.stdout[-6000:] + up.stderr[-3000:]
         state = cli(dc, env, "pulumi", "stack", "export", "--stack", STACK)
         assert state.returncode == 0, state.stderr
+    publish(dc, state.stdout)
     return dc, {"state": json.loads(state.stdout)}
 
 
@@ -175,5 +185,19 @@ def test_the_state_is_the_real_engines_with_every_secret_encrypted(applied) -> N
     assert providers == {"default_1_2_1": "1.2.1"}, providers
     assert deployment["manifest"]["version"].startswith("v3.274.1"), deployment["manifest"]
     text = json.dumps(runs["state"])
+    for value in dc.secrets.values():
+        assert value.strip() not in text
+
+
+def test_build_e2e_holds_the_state_and_every_command_in_order(applied) -> None:
+    dc, runs = applied
+    assert json.loads((OUT / "state.json").read_text()) == runs["state"]
+    calls = [json.loads(x) for x in (OUT / "calls.log").read_text().splitlines()]
+    # Every command hostsim ran, each once, numbered in the order it started: each of the 11
+    # hosts prepared and keyed, each of the 6 switches configured, the 2 subnet managers.
+    assert len(calls) == sum(len(dc.calls(h)) for h in dc.hosts) == 2 * 11 + 6 + 2
+    assert len({c["seq"] for c in calls}) == len(calls)
+    assert {p.stem for p in (OUT / "hosts").iterdir()} == set(dc.hosts)
+    text = "".join(p.read_text() for p in OUT.rglob("*") if p.is_file())
     for value in dc.secrets.values():
         assert value.strip() not in text

@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from support.project import REPO, copy_repo, run_offline
 from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
 
 CHARTS = REPO.parent / "shared" / "upstream" / "charts"
+OUT = REPO / "build" / "e2e"  # what `make e2e` leaves for a reader (and CI's artifacts)
 USER = "ubuntu"
 SWITCH_USER = "admin"
 BMC_USER = "admin"
@@ -265,3 +267,19 @@ def cli(dc: Datacentre, env: Mapping[str, str], *args: str, timeout: float = 180
                 f"{time.monotonic() - started:.1f}s\n{done.stdout[-20000:]}\n"
                 f"{done.stderr[-20000:]}\n")
     return done
+
+
+def publish(dc: Datacentre, state: str) -> Path:
+    """build/e2e/: the engine's state export (every secret in it encrypted), the order of every
+    command hostsim ran (`calls.log`, one JSON line each, stdin never recorded), each host's
+    own log, and the requests the BMCs' stand-in received."""
+    shutil.rmtree(OUT, ignore_errors=True)
+    (OUT / "hosts").mkdir(parents=True)
+    (OUT / "state.json").write_text(state)
+    shutil.copyfile(dc.order, OUT / "calls.log")
+    for h in dc.hosts.values():
+        if h.calls.exists():
+            shutil.copyfile(h.calls, OUT / "hosts" / f"{h.name}.log")
+    if dc.redfish_log.exists():
+        shutil.copyfile(dc.redfish_log, OUT / "redfish.log")
+    return OUT
