@@ -11,12 +11,12 @@ from e2e.stack import Keys
 
 
 def keygen(path: Path, comment: str) -> str:
-    """A new ed25519 key pair at `path` (no passphrase); its public line without the comment
-    for a host key, with it for the client."""
+    """A new ed25519 key pair at `path` and `path`.pub (no passphrase, as `ssh-keygen -N ''`
+    writes them); returns the public key line, comment included."""
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f",
                     str(path)], check=True, capture_output=True, timeout=60)
-    return path.with_suffix(".pub").read_text().strip()
+    return path.with_name(path.name + ".pub").read_text().strip()
 
 
 def make_keys(names: Iterable[str], root: Path) -> Keys:

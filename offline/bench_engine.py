@@ -25,7 +25,6 @@ and every descendant it waited for) says how much the samples cover. Times are t
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -50,15 +49,8 @@ from .bench import (
     _reported,
     scale_gpu_nodes,
 )
+from .engine import PLACEHOLDER_SECRETS, PLUGINS, engine_bin, engine_cache, local_env
 
-PLUGINS = ("pulumi-language-python", "pulumi-resource-command", "pulumi-resource-kubernetes")
-# Stand-ins for the secrets Pulumi.yaml declares (tools/set-stack-secrets.sh reads these),
-# as tests/test_engine_preview.py has them.
-SECRETS = {"GPU_CLUSTER_SSH_PRIVATE_KEY": "placeholder-not-a-key",
-           "GPU_CLUSTER_BMC_PASSWORD": "placeholder", "GPU_CLUSTER_SWITCH_PASSWORD": "placeholder",
-           "GPU_CLUSTER_FABRIC_M_KEY": "0x0123456789abcdef",
-           "GPU_CLUSTER_FABRIC_SM_KEY": "0x0123456789abcdee",
-           "GPU_CLUSTER_FABRIC_SA_KEY": "0x0123456789abcded"}
 SAMPLE_S = 0.2
 # The engine's two runs per repeat: the CLI as it is, and without per-step checkpoints.
 VARIANTS = {"engine": {}, "no_checkpoints": {"PULUMI_SKIP_CHECKPOINTS": "true"}}
@@ -77,44 +69,17 @@ ROLE_ORDER = ("program", "engine", "language host", "pip", "command provider",
 # ---------------------------------------------------------------- finding the engine
 
 
-def engine_cache() -> Path:
-    """Where tools/engine/build.sh keeps its builds (as tests/support/project.py's CACHE)."""
-    return Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster") / "engine"
-
-
 def find_engine(project: Path) -> tuple[Path | None, str]:
     """The directory holding `pulumi` and the plugins, or None and why not."""
-    found = shutil.which("pulumi")
-    if found:
-        where = Path(found).parent
-    else:
-        cached = sorted(glob.glob(str(engine_cache() / "bin-pulumi-*" / "pulumi")))
-        if not cached:
-            return None, f"no pulumi on PATH or in {engine_cache()} (make engine builds it)"
-        where = Path(cached[-1]).parent
+    where = engine_bin()
+    if where is None:
+        return None, f"no pulumi on PATH or in {engine_cache()} (make engine builds it)"
     missing = [p for p in PLUGINS if not (where / p).exists()]
     if missing:
         return None, f"{where} has no {', '.join(missing)} (make engine builds them)"
     if not (project / ".venv" / "bin" / "python").exists():
         return None, f"{project}/.venv is missing (the language host runs the program in it)"
     return where, ""
-
-
-def engine_env(root: Path, bin_dir: Path) -> dict[str, str]:
-    """The CLI's environment for a scratch stack under `root` (as tests/support/engine.py's
-    `local_env`): a file backend and PULUMI_HOME there, no plugin downloads, no update check,
-    placeholder secrets."""
-    (root / "state").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
-           "PULUMI_HOME": str(root / "pulumi-home"), "PULUMI_CONFIG_PASSPHRASE": "bench",
-           "PULUMI_SKIP_UPDATE_CHECK": "true",
-           "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-           "PYTHONDONTWRITEBYTECODE": "1", "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-           **SECRETS}
-    for key in ("PULUMI_ACCESS_TOKEN", "PULUMI_SKIP_CHECKPOINTS"):
-        env.pop(key, None)
-    return env
 
 
 # ---------------------------------------------------------------- one run of the CLI
@@ -227,8 +192,8 @@ def _stacks(project: Path, sizes: list[int]) -> list[tuple[str, str, dict[str, A
     return out
 
 
-def _setup(project: Path, root: Path, stack: str, doc: dict[str, Any] | None,
-           bin_dir: Path) -> tuple[Path, dict[str, str]]:
+def _setup(project: Path, root: Path, stack: str, doc: dict[str, Any] | None
+           ) -> tuple[Path, dict[str, str]]:
     """A scratch copy of the project under `root` with `stack` created on a file backend and
     its secrets set: the project directory and the CLI's environment."""
     dst = root / "project"
@@ -239,7 +204,7 @@ def _setup(project: Path, root: Path, stack: str, doc: dict[str, Any] | None,
         (dst / f"Pulumi.{BENCH_STACK}.yaml").unlink()
         shutil.copyfile(project / f"Pulumi.{stack}.yaml", dst / f"Pulumi.{stack}.yaml")
     (dst / ".venv").symlink_to((project / ".venv").resolve())
-    env = engine_env(root, bin_dir)
+    env = local_env(root, "bench") | PLACEHOLDER_SECRETS
     for step in (["pulumi", "stack", "select", "--create", stack],
                  ["bash", "tools/set-stack-secrets.sh", stack]):
         done = subprocess.run(step, cwd=dst, env=env, capture_output=True, text=True,
@@ -268,14 +233,14 @@ def _offline(dst: Path, stack: str) -> Sample:
     return run
 
 
-def bench_engine(project: Path, sizes: list[int], repeat: int, bin_dir: Path,
+def bench_engine(project: Path, sizes: list[int], repeat: int,
                  profile_dir: Path | None = None) -> list[dict[str, Any]]:
     """One row per stack: offline preview and program seconds, the engine's seconds, peak
     memory and CPU by process for each variant, the resource counts of both."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="offline-bench-engine-") as tmp:
         for i, (label, stack, doc) in enumerate(_stacks(project, sizes)):
-            dst, env = _setup(project, Path(tmp) / f"s{i}", stack, doc, bin_dir)
+            dst, env = _setup(project, Path(tmp) / f"s{i}", stack, doc)
             runs = []
             for _ in range(repeat):  # interleaved, so a slow spell hits each alike
                 offline = _offline(dst, stack)
@@ -363,7 +328,7 @@ def main(args: argparse.Namespace) -> int:
     if profile:
         profile.mkdir(parents=True, exist_ok=True)
     print(f"The real engine ({bin_dir}), {repeat} run(s) each, fastest kept:")
-    print(engine_table(bench_engine(project, sizes, repeat, bin_dir, profile)))
+    print(engine_table(bench_engine(project, sizes, repeat, profile)))
     if profile:
         print(f"\nCPU profiles of the CLI: {profile}/<stack>-<run>.<pid>.cpu "
               f"(go tool pprof -top {bin_dir}/pulumi <file>)")

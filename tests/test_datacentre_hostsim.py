@@ -23,13 +23,14 @@ import pytest
 from support.hostsim import (
     build_hostsim,
     free_port,
-    keygen,
     known_host,
     sandbox_prefix,
     serve,
     stderr_log,
 )
 from support.sandbox import unavailable
+
+from e2e.keys import keygen
 
 SSH = "/usr/bin/ssh"
 # slow: it needs a built tool (the first run compiles hostsim, half a minute), as the marker

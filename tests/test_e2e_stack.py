@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support.project import REPO, run_offline
+from support.datacentre import e2e_project
+from support.project import run_offline
 
 from e2e.guard import endpoints, is_local, outside
-from e2e.keys import make_keys
-from e2e.stack import CLUSTER_KEY, STACK, e2e_inventory, e2e_stack
+from e2e.stack import STACK
 
 # The management and BMC addresses of prod's hosts, nodes and switches (Pulumi.prod.yaml).
 PROD_SSH = {"10.10.0.10", "10.10.0.11", "10.10.0.12", *(f"10.10.1.{100 + i}" for i in range(8)),
@@ -28,34 +27,9 @@ def plan_of(project: Path, stack: str) -> dict[str, Any]:
     return dict(json.loads((project / "build" / stack / "plan.json").read_text()))
 
 
-def names(doc: dict[str, Any]) -> list[str]:
-    c = doc["config"][CLUSTER_KEY]
-    inventory = (REPO / c["inventoryFile"]).read_text().splitlines()[1:]
-    return ([h["hostname"] for h in c["hosts"]] + list(c["fabric"]["switchHostKeys"])
-            + sorted({line.split(",")[0] for line in inventory}))
-
-
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    from support.project import copy_repo
-
-    project = copy_repo(tmp_path_factory.mktemp("e2e") / "gpu-cluster")
-    prod = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
-    keys = make_keys(names(prod), project.parent / "keys")
-    (project / f"Pulumi.{STACK}.yaml").write_text(
-        yaml.safe_dump(e2e_stack(prod, keys, "charts"), sort_keys=False))
-    inventory = project / prod["config"][CLUSTER_KEY]["inventoryFile"]
-    inventory.write_text(e2e_inventory(inventory.read_text(), keys.host_keys))
-    # What the generated stack names must be there for its preview: the chart archives and
-    # the Training Operator's manifests (here only their marker; the e2e vendors them).
-    charts = REPO.parent / "shared" / "upstream" / "charts"
-    if not charts.is_dir():
-        pytest.skip(f"no chart archives at {charts}")
-    (project / "charts").symlink_to(charts)
-    overlay = project / "vendor/training-operator/manifests/overlays/standalone"
-    overlay.mkdir(parents=True)
-    (overlay / "kustomization.yaml").write_text("resources: []\n")
-    (project / "vendor/training-operator/VERSION").write_text("v1.9.4\n")
+    project, keys, _ = e2e_project(tmp_path_factory.mktemp("e2e"))
     proc = run_offline(project, "preview", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return project, keys

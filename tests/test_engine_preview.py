@@ -16,18 +16,14 @@ import pytest
 from support.engine import local_env, pulumi_bin
 from support.project import REPO, copy_repo, run_offline
 
+from offline.engine import PLACEHOLDER_SECRETS
+
 ENGINE = pulumi_bin()
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.skipif(
     ENGINE is None or not all((Path(ENGINE) / f"pulumi-{p}").exists() for p in (
         "language-python", "resource-command", "resource-kubernetes")),
     reason="the engine is not built: run `make engine`")]
 
-# Stand-ins for the secrets Pulumi.yaml declares (tools/set-stack-secrets.sh reads these).
-SECRETS = {"GPU_CLUSTER_SSH_PRIVATE_KEY": "placeholder-not-a-key",
-           "GPU_CLUSTER_BMC_PASSWORD": "placeholder", "GPU_CLUSTER_SWITCH_PASSWORD": "placeholder",
-           "GPU_CLUSTER_FABRIC_M_KEY": "0x0123456789abcdef",
-           "GPU_CLUSTER_FABRIC_SM_KEY": "0x0123456789abcdee",
-           "GPU_CLUSTER_FABRIC_SA_KEY": "0x0123456789abcded"}
 # What the engine reports differently, and why (docs/preview.md, "The real engine").
 KNOWN = {
     # A kustomize Directory is a component the provider constructs; the engine's step for it
@@ -41,7 +37,7 @@ def previews(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     tmp = tmp_path_factory.mktemp("engine")
     project = copy_repo(tmp / "gpu-cluster")
     (project / ".venv").symlink_to(REPO / ".venv")
-    env = local_env(tmp, "engine-preview") | SECRETS
+    env = local_env(tmp, "engine-preview") | PLACEHOLDER_SECRETS
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True,

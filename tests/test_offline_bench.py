@@ -255,7 +255,7 @@ def test_the_engine_plans_what_the_offline_preview_of_prod_does() -> None:
     where, why = find_engine(REPO)
     if where is None:
         pytest.skip(why)
-    (row,) = bench_engine.bench_engine(REPO, [], 1, where)
+    (row,) = bench_engine.bench_engine(REPO, [], 1)
     assert row["steps"] == {"engine": row["resources"] + 1,
                             "no_checkpoints": row["resources"] + 1}
     assert row["engine"]["cpu"]["program"] > 0 and row["engine"]["cpu"]["engine"] > 0

@@ -14,9 +14,7 @@ import json
 import os
 import re
 import secrets
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -28,12 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.guard import outside
+from e2e.guard import endpoints, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates
 from e2e.stack import CLUSTER_KEY, STACK, Keys, e2e_inventory, e2e_stack
 from support.engine import local_env
-from support.hostsim import build_hostsim
+from support.hostsim import go_missing, serve, serving
 from support.project import REPO, copy_repo, run_offline
 from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
 
@@ -42,7 +40,6 @@ OUT = REPO / "build" / "e2e"  # what `make e2e` leaves for a reader (and CI's ar
 USER = "ubuntu"
 SWITCH_USER = "admin"
 BMC_USER = "admin"
-READY_TIMEOUT = 120
 # Stand-ins the hosts' roots need beyond sandbox.py's: the commands arrive as `sudo bash -s`
 # (every sandbox already runs as root), and a switch's management CLI reads its config on stdin.
 SUDO = '#!/bin/bash\n# Stand-in: the sandbox runs as root already.\nexec "$@"\n'
@@ -101,10 +98,14 @@ class Datacentre:
         return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def build(work: Path) -> Datacentre:
-    """The project with its e2e stack, checked by the guard, and every host's root."""
+def e2e_project(work: Path) -> tuple[Path, Keys, list[str]]:
+    """A copy of the project with the e2e stack (`Pulumi.e2e.yaml`, the inventory's host keys)
+    and what it names: the chart archives and the Training Operator's vendored manifests; the
+    keys, and the GPU nodes (the inventory's)."""
     if not CHARTS.is_dir():
         pytest.skip(f"no chart archives at {CHARTS}")
+    if (why := go_missing()) is not None:
+        pytest.skip(why)  # tools/vendor-training-operator.sh reads the operator's Go module
     project = copy_repo(work / "gpu-cluster")
     (project / ".venv").symlink_to(REPO / ".venv")
     prod = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
@@ -122,6 +123,12 @@ def build(work: Path) -> Datacentre:
                              cluster["platform"]["trainingOperator"]["version"]],
                             cwd=project, capture_output=True, text=True, timeout=600)
     assert vendor.returncode == 0, vendor.stderr
+    return project, keys, nodes
+
+
+def build(work: Path) -> Datacentre:
+    """The project with its e2e stack, checked by the guard, and every host's root."""
+    project, keys, nodes = e2e_project(work)
     preview = run_offline(project, "preview", "--stack", STACK, "--quiet")
     assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
     plan = json.loads((project / "build" / STACK / "plan.json").read_text())
@@ -133,12 +140,13 @@ def build(work: Path) -> Datacentre:
 
 
 def _hosts(dc: Datacentre, gpu_nodes: list[str]) -> None:
-    """A sandbox per SSH endpoint, named by the resource that prepares or configures it."""
+    """A sandbox per SSH endpoint, named by the resource that prepares or configures it; the
+    BMC each `<host>-bmc` command reaches."""
+    dc.bmcs = {e.urn.rsplit("::", 1)[1].removesuffix("-bmc"): e.address
+               for e in endpoints(dc.plan) if e.via == "url"}
     for r in dc.plan["resources"]:
         conn = (r.get("inputs") or {}).get("connection") or {}
         name = r["name"]
-        if r["type"] == "command:local:Command" and name.endswith("-bmc"):
-            dc.bmcs[name.removesuffix("-bmc")] = _url_host(r["inputs"]["create"])
         if r["type"] != "command:remote:Command":
             continue
         for suffix, user in (("-prepare", USER), ("-config", SWITCH_USER)):
@@ -147,10 +155,6 @@ def _hosts(dc: Datacentre, gpu_nodes: list[str]) -> None:
                 dc.hosts[host] = Host(host, conn["host"], user, _sandbox(dc.work, host,
                                       host in gpu_nodes, user == SWITCH_USER),
                                       dc.work / "calls" / f"{host}.log")
-
-
-def _url_host(command: str) -> str:
-    return command.split("https://", 1)[1].split("/", 1)[0]
 
 
 def _sandbox(work: Path, host: str, gpu_node: bool, switch: bool) -> Sandbox:
@@ -218,42 +222,12 @@ def engine_env(dc: Datacentre) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def served(argv: list[str], log: Path, what: str) -> Iterator[subprocess.Popen[str]]:
-    """Run a stand-in until the block ends (SIGTERM, then SIGKILL); it must print a JSON line
-    with "ready": true once it listens."""
-    with log.open("w") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True,
-                                stdin=subprocess.DEVNULL, cwd=REPO,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=READY_TIMEOUT):
-                pytest.fail(f"{what} was not ready after {READY_TIMEOUT}s:\n{log.read_text()}")
-        line = proc.stdout.readline()
-        if not line.strip():
-            proc.wait(timeout=30)
-            pytest.fail(f"{what} exited {proc.returncode}:\n{log.read_text()}")
-        assert json.loads(line).get("ready") is True, line
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@contextlib.contextmanager
 def running(dc: Datacentre) -> Iterator[None]:
     """hostsim and the Redfish stand-in, for the block."""
-    hostsim = [str(build_hostsim()), str(hostsim_spec(dc))]
     redfish = [sys.executable, "-m", "e2e.redfish", str(redfish_spec(dc))]
-    with served(hostsim, dc.work / "hostsim.stderr.log", "hostsim"), \
-            served(redfish, dc.work / "redfish.stderr.log", "the Redfish stand-in"):
+    with serve(hostsim_spec(dc)), serving(
+            redfish, dc.work / "redfish.stderr.log", "the Redfish stand-in",
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}):
         yield
 
 

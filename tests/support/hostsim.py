@@ -60,20 +60,30 @@ def stderr_log(spec: Path) -> Path:
 
 @contextlib.contextmanager
 def serve(spec: Path, timeout: float = READY_TIMEOUT) -> Iterator[subprocess.Popen[str]]:
-    """Run `hostsim SPEC` until the block ends, then stop it with SIGTERM (its returncode is set
-    afterwards). Fails the test, with hostsim's stderr, if it exits or is not ready in time."""
-    binary = build_hostsim()
-    with stderr_log(spec).open("w") as err:
-        proc = subprocess.Popen([str(binary), str(spec)], stdout=subprocess.PIPE, stderr=err,
-                                stdin=subprocess.DEVNULL, text=True)
+    """Run `hostsim SPEC` until the block ends (its stderr beside the spec)."""
+    with serving([str(build_hostsim()), str(spec)], stderr_log(spec), "hostsim",
+                 timeout) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], log: Path, what: str, timeout: float = READY_TIMEOUT,
+            cwd: Path | None = None, env: dict[str, str] | None = None
+            ) -> Iterator[subprocess.Popen[str]]:
+    """Run a stand-in that prints one JSON line with "ready": true once it listens, until the
+    block ends; then stop it with SIGTERM (its returncode is set afterwards). Fails the test,
+    with its stderr (`log`), if it exits or is not ready in time."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err,
+                                stdin=subprocess.DEVNULL, text=True, cwd=cwd, env=env)
     try:
-        _wait_ready(proc, spec, timeout)
+        _wait_ready(proc, log, what, timeout)
         yield proc
     finally:
         stop(proc)
 
 
-def _wait_ready(proc: subprocess.Popen[str], spec: Path, timeout: float) -> None:
+def _wait_ready(proc: subprocess.Popen[str], log: Path, what: str, timeout: float) -> None:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
@@ -81,13 +91,11 @@ def _wait_ready(proc: subprocess.Popen[str], spec: Path, timeout: float) -> None
         while not sel.select(timeout=max(0.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
                 stop(proc)
-                pytest.fail(f"hostsim was not ready after {timeout}s:\n"
-                            f"{stderr_log(spec).read_text()}")
+                pytest.fail(f"{what} was not ready after {timeout}s:\n{log.read_text()}")
     line = proc.stdout.readline()
     if not line:  # end of file: it exited
         proc.wait(timeout=STOP_TIMEOUT)
-        pytest.fail(f"hostsim exited {proc.returncode} before it was ready:\n"
-                    f"{stderr_log(spec).read_text()}")
+        pytest.fail(f"{what} exited {proc.returncode} before it was ready:\n{log.read_text()}")
     assert json.loads(line).get("ready") is True, line
 
 
@@ -102,14 +110,6 @@ def stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
     if proc.stdout:
         proc.stdout.close()
-
-
-def keygen(path: Path, comment: str) -> str:
-    """A new ed25519 key pair at `path` and `path`.pub (as `ssh-keygen -N ''` writes them);
-    returns the public key line."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f",
-                    str(path)], check=True, capture_output=True, timeout=60)
-    return path.with_name(path.name + ".pub").read_text().strip()
 
 
 def free_port(address: str) -> int:
