@@ -80,7 +80,8 @@ def _render(project: Path, args: argparse.Namespace, policy_config: Path | None 
     try:
         pack = getattr(args, "policy_pack", None)
         return render(project, args.stack, policy_config, with_policies=with_policies,
-                      timeout=args.timeout, policy_pack=Path(pack) if pack else None)
+                      timeout=args.timeout, policy_pack=Path(pack) if pack else None,
+                      baseline=getattr(args, "baseline", None))
     except ConfigFailure as err:
         print(str(err), file=sys.stderr)
         return EXIT_CONFIG
@@ -141,7 +142,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
     label = f"rendered/{args.baseline or args.stack}"
     if args.render:
-        n = sync_tree(project / "rendered" / args.stack, r.rendered, current)
+        # A settled file keeps what it shows: a value known only to what was deployed.
+        n = sync_tree(project / "rendered" / args.stack, r.rendered | diff.settled, current)
         print(f"rendered/{args.stack}: {len(r.rendered)} files, {n} written or removed")
     # A reviewer reads top-down: what the change does to hardware and running work, the
     # policy verdict, then the diff and the runbook; the inventory of the stack last.

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .model import LAYERS, PHYSICAL_LAYERS, STACK_LAYER, layer_order
-from .normalize import REVEAL_IN_SECRET, SECRET
+from .normalize import REVEAL_IN_SECRET, SECRET, UNKNOWN
 
 try:  # libyaml: parsing thousands of rendered files stays fast
     _Loader: type = yaml.CSafeLoader
@@ -91,6 +91,10 @@ REPLACE_RULES: dict[str, tuple[str, ...]] = {
 SECRET_NOTE = "(`pulumi preview` shows [secret])"
 
 
+def _holds_secret(value: Any) -> bool:
+    return isinstance(value, str) and SECRET[:-1] in value and not value.startswith(SECRET[:-1])
+
+
 def _secret_input(type_: str) -> str | None:
     return next((key for prefix, fields in REVEAL_IN_SECRET.items()
                  if type_.startswith(prefix) for key in fields), None)
@@ -139,9 +143,16 @@ def _same_secret(old: Any, new: Any) -> bool:
             and new.startswith(SECRET[:-1]) and SECRET in (old, new))
 
 
+def _known_since(old: Any, new: Any) -> bool:
+    """A value the rendering shows unknown (it was made on a first preview, before a command
+    ran) and the program now computes from that command's output: `pulumi up` stored what it
+    computed from the same output then, so the engine finds it unchanged."""
+    return old == UNKNOWN and new != UNKNOWN
+
+
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     """Leaf-most property paths where `old` and `new` differ (Pulumi's path syntax)."""
-    if old == new or _same_secret(old, new):
+    if old == new or _same_secret(old, new) or _known_since(old, new):
         return []
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
@@ -251,6 +262,11 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
                                      or _secret_diff(_value_at(olds, p), _value_at(news, p)))}
     values = {p: (o, n) for p in paths
               if _scalar(o := _value_at(olds, p)) and _scalar(n := _value_at(news, p))}
+    for p in paths:
+        # A text with a secret in it (a subnet manager's config with its keys) is secret as a
+        # whole to the engine: the CLI shows only that it changed.
+        if p in texts and any(_holds_secret(_value_at(doc, p)) for doc in (olds, news)):
+            texts[p] = [SECRET_NOTE, *texts[p]]
     return Change(action, urn, type_, name, layer, paths + opt_paths, because, texts, values=values)
 
 
@@ -292,6 +308,9 @@ class Diff:
     changes: list[Change]
     unreadable: list[str] = field(default_factory=list)
     reformatted: list[str] = field(default_factory=list)
+    # Rendered files that stay as they are: they show a value unknown (rendered on a first
+    # preview) that the program now computes from the same deployed outputs (_known_since).
+    settled: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -344,6 +363,7 @@ def diff_trees(old_files: Mapping[str, str], new_files: Mapping[str, str],
         new_docs[doc["urn"]] = (path, doc)
     changes: list[Change] = []
     reformatted: list[str] = []
+    settled: dict[str, str] = {}
     for urn in sorted(set(old_docs) | set(new_docs)):
         old = old_docs.get(urn)
         new = new_docs.get(urn)
@@ -352,12 +372,26 @@ def diff_trees(old_files: Mapping[str, str], new_files: Mapping[str, str],
                           _layer_from_path(path))
         if change is not None:
             changes.append(change)
+        elif (old and new and old[0] == new[0] and old[1] != new[1]
+              and _keep_unknown(old[1], new[1]) == old[1]):
+            settled[old[0]] = old_files[old[0]]
         elif old and new:
             # Same resource, same content, different file text or place: only `--render`
             # output would differ, which check-rendered must still catch.
             reformatted.append(new[0] if old[0] == new[0] else f"{old[0]} -> {new[0]}")
     changes.sort(key=Change.sort_key)
-    return Diff(changes, unreadable, reformatted)
+    return Diff(changes, unreadable, reformatted, settled)
+
+
+def _keep_unknown(old: Any, new: Any) -> Any:
+    """`new` with the values `old` shows unknown kept unknown (_known_since)."""
+    if _known_since(old, new):
+        return old
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: _keep_unknown(old.get(k), v) for k, v in new.items()}
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [_keep_unknown(o, n) for o, n in zip(old, new, strict=True)]
+    return new
 
 
 # ---------------------------------------------------------------- text

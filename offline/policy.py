@@ -44,6 +44,7 @@ from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from .model import Plan, Resource
+from .normalize import SECRET_SIG, SIG_KEY, UNKNOWN_VALUES
 
 LEVEL_ORDER = ("mandatory", "advisory", "disabled")
 # A finding a suppression (with its reason) keeps from failing: listed, never enforced.
@@ -82,6 +83,8 @@ class PolicyPackInfo:
     default_level: EnforcementLevel
     # The pack's `recording_suppressions()` context manager (None in a pack without one).
     record_suppressions: Any = None
+    # The pack's `take_deferred()`: forgets checks an earlier run in this process deferred.
+    take_deferred: Any = None
 
 
 def load_pack(pdir: Path) -> PolicyPackInfo | None:
@@ -105,6 +108,7 @@ def load_pack(pdir: Path) -> PolicyPackInfo | None:
         dict(getattr(mod, "INITIAL_CONFIG", {}) or {}),
         getattr(mod, "DEFAULT_ENFORCEMENT_LEVEL", EnforcementLevel.ADVISORY),
         getattr(registry, "recording_suppressions", None),
+        getattr(registry, "take_deferred", None),
     )
 
 
@@ -173,7 +177,8 @@ class LazyProps(Mapping[str, Any]):
 
     def _get(self) -> Any:
         if self._proxy is None:
-            self._proxy = unknown_checking_proxy(deserialize_properties(self._raw))
+            self._proxy = unknown_checking_proxy(deserialize_properties(
+                _secret_unknowns_empty(self._raw)))
         return self._proxy
 
     def __getitem__(self, key: str) -> Any:
@@ -184,6 +189,24 @@ class LazyProps(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._get())
+
+
+def _secret_unknowns_empty(value: Any) -> Any:
+    """The inputs as the engine hands them to the analyzer in a preview: a secret whose value is
+    not known yet (a join's credentials, built from a token command's stdout) arrives as an
+    empty string, not as unknown, so rules read it instead of deferring (CLI 3.274.1 with
+    pulumi-command 1.2.1; tests/test_engine_preview.py compares the findings). The input is
+    returned as it is when it holds none."""
+    if isinstance(value, dict):
+        secret = value.get("value") if value.get(SIG_KEY) == SECRET_SIG else None
+        if isinstance(secret, str) and secret in UNKNOWN_VALUES:
+            return ""
+        out = {k: _secret_unknowns_empty(v) for k, v in value.items()}
+        return value if all(out[k] is value[k] for k in value) else out
+    if isinstance(value, list):
+        items = [_secret_unknowns_empty(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def _options(res: Resource) -> PolicyResourceOptions:
@@ -215,6 +238,8 @@ def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                  extra_secrets: set[str] = frozenset()) -> list[Violation]:  # type: ignore[assignment]
     """Violations, and the findings suppressions keep from failing (level SUPPRESSED)."""
     secrets = set(plan.secret_strings) | set(extra_secrets)
+    if pack.take_deferred is not None:
+        pack.take_deferred()  # as a new analyzer process: nothing deferred yet
     if pack.record_suppressions is None:
         return _run_policies(plan, pack, config, secrets)
     with pack.record_suppressions() as suppressed:

@@ -113,7 +113,11 @@ def render(
     with_policies: bool = True,
     timeout: float | None = None,
     policy_pack: Path | None = None,
+    baseline: str | None = None,
 ) -> Rendering:
+    """The stack's plan, artifacts and policy findings. Its rendering (or the `baseline`
+    stack's) stands for what `pulumi up` deployed; without one this is a first preview, where
+    what commands print is unknown."""
     t0 = time.perf_counter()
     # run_program changes into the project directory: make every path absolute first.
     project_dir = project_dir.resolve()
@@ -123,7 +127,8 @@ def render(
     except StackFileError as err:
         raise RunFailure(str(err)) from None
     try:
-        result = run_program(project_dir, cfg, timeout=timeout)
+        deployed = (project_dir / "rendered" / (baseline or stack)).is_dir()
+        result = run_program(project_dir, cfg, timeout=timeout, deployed=deployed)
     except ProgramFailed as failed:
         if is_config_error(failed.error):
             raise ConfigFailure(str(failed.error)) from None

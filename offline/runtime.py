@@ -26,6 +26,7 @@ import pulumi
 from google.protobuf import struct_pb2
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.rpc import UNKNOWN
 
 from .normalize import SECRET_SIG, SIG_KEY, is_secret, struct_to_py
 from .stackconfig import StackConfig
@@ -84,14 +85,18 @@ class OfflineMocks(_mocks.Mocks):
     returned state can be put back on the wire without another serialisation pass.
     """
 
-    # Outputs a preview would not know but programs use (e.g. a kubeconfig read from stdout).
-    EXTRA_OUTPUTS: dict[str, dict[str, Any]] = {
-        "command:remote:Command": {"stdout": "", "stderr": ""},
-        "command:local:Command": {"stdout": "", "stderr": ""},
-    }
+    # Outputs a command has only once it ran, which programs read (a reboot check's verdict,
+    # a kubeconfig). On a first preview they are unknown, as the engine plans them, and so is
+    # whatever the program computes from them. A stack with a rendering has been deployed:
+    # the engine reads them from its state; they stand in as empty here.
+    COMMAND_OUTPUTS = ("stdout", "stderr")
+    COMMANDS = ("command:remote:Command", "command:local:Command")
 
-    def __init__(self, build_dir: Path | None = None) -> None:
+    def __init__(self, build_dir: Path | None = None, deployed: bool = True) -> None:
         self.build_dir = build_dir  # build/: where referenced stacks' outputs are read
+        value = "" if deployed else UNKNOWN
+        self.extra_outputs = {t: dict.fromkeys(self.COMMAND_OUTPUTS, value)
+                              for t in self.COMMANDS}
 
     def stack_reference(self, name: str) -> dict[str, Any]:
         """A referenced stack's outputs as its last offline preview recorded them
@@ -117,7 +122,7 @@ class OfflineMocks(_mocks.Mocks):
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         if args.typ == STACK_REFERENCE:
             return str(args.inputs.get("name")), self.stack_reference(str(args.inputs["name"]))
-        extra = self.EXTRA_OUTPUTS.get(args.typ)
+        extra = self.extra_outputs.get(args.typ)
         state = {**extra, **args.inputs} if extra else args.inputs
         return f"{args.name}-id", state
 
@@ -255,8 +260,10 @@ def run_program(
     stack_config: StackConfig,
     main: str = "__main__.py",
     timeout: float | None = None,
+    deployed: bool = True,
 ) -> RunResult:
-    """Run the project's program once in this process (the Pulumi runtime is process-global)."""
+    """Run the project's program once in this process (the Pulumi runtime is process-global).
+    `deployed`: as a preview of a stack `pulumi up` has built (False: its first preview)."""
     import pulumi
     from pulumi.runtime.stack import run_pulumi_func
 
@@ -276,7 +283,7 @@ def run_program(
 
     loop.set_exception_handler(on_loop_error)
 
-    mocks = OfflineMocks(project_dir / "build")
+    mocks = OfflineMocks(project_dir / "build", deployed)
     monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config))
     pulumi.runtime.set_mocks(
         mocks,

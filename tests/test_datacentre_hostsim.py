@@ -115,7 +115,9 @@ def make_datacentre(tmp: Path, names: tuple[str, ...] = ("gpu-node-01", "gpu-nod
         spec_hosts.append({"name": name, "address": address, "port": port,
                            "hostKey": str(host_key), "authorizedKeys": str(authorized),
                            "user": USER, "exec": sandbox_prefix(root),
-                           "callsLog": str(hosts[name].calls)})
+                           "callsLog": str(hosts[name].calls),
+                           # /host/nologin, as /run/nologin is to sshd's pam_nologin
+                           "nologinFile": str(root / "nologin")})
     known_hosts = tmp / "known_hosts"
     known_hosts.write_text(known)
     spec = tmp / "spec.json"
@@ -176,6 +178,19 @@ def test_only_an_authorized_key_for_the_user_logs_in(dc: Datacentre) -> None:
         assert "Permission denied (publickey)." in done.stderr, done.stderr
     assert not (dc.hosts["gpu-node-01"].root / "ran").exists()
     assert dc.calls("gpu-node-01") == []
+
+
+def test_a_host_going_down_refuses_logins_until_it_is_up_again(dc: Datacentre) -> None:
+    # `shutdown -r +1` writes /run/nologin: from then on sshd lets no user but root log in,
+    # so whatever connects next waits for the boot instead of running on the old one.
+    done = dc.ssh("gpu-node-01", "echo 'System is going down.' > /host/nologin")
+    assert done.returncode == 0
+    refused = dc.ssh("gpu-node-01", "touch /host/ran")
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr
+    assert not (dc.hosts["gpu-node-01"].root / "ran").exists()
+    assert dc.ssh("gpu-node-02", "true").returncode == 0  # another host is not going down
+    (dc.hosts["gpu-node-01"].root / "nologin").unlink()  # the boot clears /run
+    assert dc.ssh("gpu-node-01", "touch /host/ran").returncode == 0
 
 
 def test_env_requests_are_refused_and_logged(dc: Datacentre) -> None:

@@ -29,7 +29,7 @@ def plan_of(project: Path, stack: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    project, keys, _ = e2e_project(tmp_path_factory.mktemp("e2e"))
+    project, keys = e2e_project(tmp_path_factory.mktemp("e2e"))
     proc = run_offline(project, "preview", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return project, keys

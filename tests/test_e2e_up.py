@@ -1,35 +1,54 @@
 """The real `pulumi up` on the simulated data centre (tests/support/datacentre.py): the engine
-`make engine` builds, its Python language host and the command provider, over real SSH into
-every host's sandbox and real HTTPS into every BMC's Redfish stand-in, all on loopback.
+`make engine` builds, its Python language host and both providers, over real SSH into every
+host's sandbox, real HTTPS into every BMC's Redfish stand-in, and a real API server at the
+stack's API endpoint, all on loopback.
 
-Today it applies the first two layers with `--target`: every host's preparation and authorised
-keys, every BMC's settings, every switch's configuration and the subnet managers. The engine
-then refuses one step, the kubernetes provider, which needs the control plane's kubeconfig; the
-whole `pulumi up` needs the control plane's stand-in (docs/testing.md)."""
+It previews the whole stack with the policy pack (`build/e2e/preview.json`), then applies the
+hardware, fabric, bootstrap and storage layers with `--target`: every host's preparation and
+authorised keys, every BMC's settings, every switch's configuration, the subnet managers
+(standby first), the control plane's `kubeadm init`, and for each GPU node its reboot check,
+drain, reboot (the host goes down, refuses logins, boots with the kernel arguments the
+preparation staged), the check after the boot, its join token, its join and the wait for its
+Node, and the Kubernetes upgrade chain; the Nodes' placement labels, the volumes and their
+claims in the API server. A second preview of those layers finds nothing to change
+(`build/e2e/preview2.json`). Then four day-2 changes go through the engine, each changing what
+the offline preview of it lists: a Kubernetes patch upgrade (control plane first, then one
+node at a time), a new switch password, a replaced HCA and an added node. Last, `pulumi
+destroy` is refused by the protected checkpoint volumes and deletes nothing. The platform and
+workload layers are left out until the API server runs what their objects need
+(docs/testing.md)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.datacentre import (
     OUT,
     Datacentre,
+    api_server,
     build,
     cli,
     engine_env,
     make_secrets,
     publish,
+    replan,
     running,
 )
-from support.engine import pulumi_bin
+from support.engine import pulumi_bin, unknown_paths
+from support.project import run_offline
 from support.sandbox import unavailable
 
 from components.planning import host_scripts
+from e2e.keys import keygen
 from e2e.stack import STACK
 
 ENGINE = pulumi_bin()
@@ -37,49 +56,72 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.e2e,
     pytest.mark.skipif(ENGINE is None or not all(
-        (Path(ENGINE) / f"pulumi-{p}").exists() for p in ("language-python", "resource-command")),
+        (Path(ENGINE) / f"pulumi-{p}").exists() for p in (
+            "language-python", "resource-command", "resource-kubernetes")),
         reason="the engine is not built: run `make engine`"),
     pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
     pytest.mark.skipif(os.geteuid() != 0,
                        reason="the simulated hosts listen on port 22 of their addresses"),
 ]
-FIRST = ("gpucluster:hardware:Hardware", "gpucluster:fabric:InfinibandFabric")
-PROVIDER_NEEDS_KUBECONFIG = (
-    "error: Resource 'urn:pulumi:e2e::gpu-cluster::gpucluster:bootstrap:KubeadmCluster"
-    "$pulumi:providers:kubernetes::kubernetes' depends on 'urn:pulumi:e2e::gpu-cluster::"
-    "gpucluster:bootstrap:KubeadmCluster$command:remote:Command::stack-kubeconfig' which was "
-    "was not specified in --target list.")
+LAYERS = ("gpucluster:hardware:Hardware", "gpucluster:fabric:InfinibandFabric",
+          "gpucluster:bootstrap:KubeadmCluster", "gpucluster:storage:Storage")
+GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
+CONTROL_PLANE = "mgmt-01"
 
 
-def first_layers(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The hardware and fabric layers: every host's preparation and authorised keys, every
-    BMC's settings, every switch's configuration and the subnet managers (standby first)."""
+def layers(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The resources of the hardware, fabric, bootstrap and storage layers."""
     parents = {r["urn"]: r.get("parent") for r in plan["resources"]}
     types = {r["urn"]: r["type"] for r in plan["resources"]}
 
     def under(urn: str | None) -> bool:
         while urn is not None:
-            if types.get(urn) in FIRST:
+            if types.get(urn) in LAYERS:
                 return True
             urn = parents.get(urn)
         return False
 
-    return [r for r in plan["resources"] if r["type"].startswith("command:")
-            and under(r["urn"])]
+    return [r for r in plan["resources"] if under(r["urn"])]
+
+
+def commands(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The commands of those layers."""
+    return [r for r in layers(plan) if r["type"].startswith("command:")]
 
 
 def targets(plan: dict[str, Any]) -> list[str]:
-    """The first layers and the components the engine registers them in (a component only
-    groups; the bootstrap's waits for the fabric, and its children are left unmade)."""
-    keep = {r["urn"] for r in first_layers(plan)}
-    return [r["urn"] for r in plan["resources"] if r["urn"] in keep or r["type"] in (
-        *FIRST, "gpucluster:hardware:BareMetalNode", "gpucluster:bootstrap:KubeadmCluster")]
+    """Those layers and what they need: the Namespaces the volume claims live in, the
+    components the engine registers them in (a component only groups: its other children are
+    left unmade)."""
+    by_urn = {r["urn"]: r for r in plan["resources"]}
+    keep: set[str] = set()
+    todo = [r["urn"] for r in layers(plan)]
+    while todo:
+        urn = todo.pop()
+        if urn in keep or urn not in by_urn:
+            continue
+        keep.add(urn)
+        r = by_urn[urn]
+        todo += [*(r["options"].get("dependsOn") or []), *([r["parent"]] if r.get("parent")
+                                                            else [])]
+    return [r["urn"] for r in plan["resources"] if r["urn"] in keep]
+
+
+def remote(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in commands(plan) if r["type"] == "command:remote:Command"]
 
 
 @pytest.fixture(scope="module")
-def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Datacentre, dict[str, Any]]:
+def applied(tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[Datacentre, dict[str, Any]]]:
     dc = build(tmp_path_factory.mktemp("datacentre"))
     make_secrets(dc)
+    # The cluster's API server serves the whole module: what the engine applied stays.
+    with api_server(dc) as api:
+        yield dc, _first_up(dc) | {"api": api}
+
+
+def _first_up(dc: Datacentre) -> dict[str, Any]:
     target = [arg for urn in targets(dc.plan) for arg in ("--target", urn)]
     with running(dc):
         env = engine_env(dc) | dc.secrets
@@ -87,39 +129,60 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Datacentre, dict[
                      ("bash", "tools/set-stack-secrets.sh", STACK)):
             done = cli(dc, env, *step)
             assert done.returncode == 0, done.stderr[-3000:]
+        # What a reviewer reads first: the whole first preview, with the policy pack.
+        preview = cli(dc, env, "pulumi", "preview", "--diff", "--json", "--policy-pack",
+                      "policies", "--stack", STACK)
+        assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
+        (dc.work / "preview.json").write_text(preview.stdout)
         up = cli(dc, env, "pulumi", "up", "--yes", "--non-interactive", "--skip-preview",
                  "--stack", STACK, *target)
-        # The engine creates the kubernetes provider in any up that registers it, and the
-        # provider needs the control plane's kubeconfig (stack-kubeconfig), which is not made
-        # yet: a first targeted up refuses that one step after every targeted one ran.
-        errors = [line.strip() for line in up.stdout.splitlines()
-                  if line.strip().startswith("error:") and "update failed" not in line]
-        assert up.returncode == 1 and set(errors) == {PROVIDER_NEEDS_KUBECONFIG}, \
-            up.stdout[-6000:] + up.stderr[-3000:]
+        assert up.returncode == 0, up.stdout[-8000:] + up.stderr[-3000:]
+        again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--diff", "--json",
+                    "--stack", STACK, *target)
+        assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
+        (dc.work / "preview2.json").write_text(again.stdout)
         state = cli(dc, env, "pulumi", "stack", "export", "--stack", STACK)
         assert state.returncode == 0, state.stderr
     publish(dc, state.stdout)
-    return dc, {"state": json.loads(state.stdout)}
+    return {"state": json.loads(state.stdout), "preview": json.loads(preview.stdout),
+            "preview2": json.loads(again.stdout)}
 
 
-def test_every_host_is_prepared_over_ssh_on_the_host_it_names(applied) -> None:
+def test_the_first_preview_is_the_offline_plan(applied) -> None:
+    dc, runs = applied
+    steps = {s["urn"]: s for s in runs["preview"]["steps"]}
+    offline = {r["urn"]: r for r in dc.plan["resources"]}
+    stack = f"urn:pulumi:{STACK}::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-{STACK}"
+    assert set(steps) == set(offline) | {stack}
+    assert {s["op"] for s in steps.values()} == {"create"}
+    unknown = {(urn, p) for urn, s in steps.items()
+               for p in unknown_paths((s.get("newState") or {}).get("inputs") or {}, True)}
+    assert unknown == {(r["urn"], p) for r in offline.values()
+                       for p in unknown_paths(r["inputs"], False)}
+    assert json.loads((OUT / "preview.json").read_text()) == runs["preview"]
+
+
+def test_every_command_runs_once_over_ssh_on_the_host_it_names(applied) -> None:
     dc, _ = applied
     hosts = [h for h in dc.hosts.values() if h.user == "ubuntu"]
     assert len(hosts) == 11  # mgmt-01, sm-01, sm-02 and the 8 GPU nodes
     for h in hosts:
-        scripts = {r["name"]: r["inputs"]["stdin"] for r in first_layers(dc.plan)
-                   if r["inputs"].get("connection", {}).get("host") == h.address}
-        assert {f"{h.name}-prepare", f"{h.name}-ssh-keys"} <= set(scripts)
+        planned = [r for r in remote(dc.plan)
+                   if r["inputs"]["connection"].get("host") == h.address]
         calls = dc.calls(h.name)
-        # Each ran once, as `sudo bash -s` with its script on stdin, and succeeded.
-        assert sorted(c["stdinBytes"] for c in calls) == sorted(
-            len(dc.sent(s).encode()) for s in scripts.values()), calls
-        assert {c["command"] for c in calls} == {"sudo bash -s"}
+        assert len(calls) == len(planned), (h.name, [c["command"][:60] for c in calls])
+        # Every one as root through sudo, none through the SSH environment, and each succeeded.
+        assert all(c["command"].startswith("sudo ") for c in calls)
+        assert all(c["envRefused"] == [] for c in calls)
         assert all(c["exit"] == 0 for c in calls), calls
-        assert all(c["envRefused"] == [] for c in calls)  # nothing sent through SSH env
+        # Its preparation and keys: exactly the scripts the plan shows, its secrets filled in.
+        sizes = Counter(c["stdinBytes"] for c in calls)
+        for name in (f"{h.name}-prepare", f"{h.name}-ssh-keys"):
+            (script,) = [r["inputs"]["stdin"] for r in planned if r["name"] == name]
+            assert sizes[len(dc.sent(script).encode())] >= 1, name
     # What the preparation did is in each GPU node's own root: its packages, its firewall.
     for h in hosts:
-        if h.name.startswith("gpu-node-"):
+        if h.name in GPU_NODES:
             packages = {p.name for p in (h.sandbox.state / "pkgs").iterdir()}
             assert {"containerd", "kubelet", "kubeadm", "lustre-client-utils"} <= packages
             assert h.sandbox.path(host_scripts.FIREWALL_FILE).is_file()
@@ -132,12 +195,18 @@ def _when(stamp: str) -> datetime:
 
 
 def _run_of(dc: Datacentre, name: str) -> dict[str, Any]:
-    """hostsim's record of the command the plan's resource `name` sent (by its host and the
-    exact size of its stdin)."""
-    (r,) = [r for r in first_layers(dc.plan) if r["name"] == name]
+    """hostsim's record of the command the plan's resource `name` sent with a script on stdin
+    (by its host and the exact size of that script)."""
+    (r,) = [r for r in commands(dc.plan) if r["name"] == name]
     host = next(h for h in dc.hosts.values() if h.address == r["inputs"]["connection"]["host"])
     size = len(dc.sent(r["inputs"]["stdin"]).encode())
     (run,) = [c for c in dc.calls(host.name) if c["stdinBytes"] == size]
+    return run
+
+
+def _call(dc: Datacentre, host: str, marker: str) -> dict[str, Any]:
+    """hostsim's record of the one command on `host` whose command line holds `marker`."""
+    (run,) = [c for c in dc.calls(host) if marker in c["command"]]
     return run
 
 
@@ -150,6 +219,47 @@ def test_the_standby_subnet_manager_is_configured_before_the_master(applied) -> 
     for host in ("sm-01", "sm-02"):
         prepared = _run_of(dc, f"{host}-prepare")
         assert _when(prepared["end"]) <= _when(_run_of(dc, f"{host}-opensm")["start"])
+
+
+def test_each_gpu_node_is_drained_rebooted_then_joined(applied) -> None:
+    dc, _ = applied
+    # A stock DGX OS boots without iommu=pt: every node's check finds a reboot needed, and
+    # each goes down once, after its drain, and comes up with the argument.
+    assert Counter(host for host, _ in dc.boots) == Counter(GPU_NODES)
+    booted = dict(dc.boots)
+    init = _run_of(dc, f"{CONTROL_PLANE}-kubeadm-init")
+    for n in GPU_NODES:
+        check, reboot = _run_of(dc, f"{n}-reboot-check"), _run_of(dc, f"{n}-reboot")
+        wait = _run_of(dc, f"{n}-reboot-wait")
+        drain = _call(dc, CONTROL_PLANE, f"# Drain before the planned reboot of {n} ")
+        uncordon = _call(dc, CONTROL_PLANE, f"# Uncordon after the planned reboot of {n} ")
+        token = _call(dc, CONTROL_PLANE, f"'gpu-cluster join of {n}'")
+        join = _call(dc, n, f"# kubeadm join for {n} ")
+        member = _call(dc, CONTROL_PLANE, f" node/{n} ")
+        assert drain["command"].endswith(" drain reboot"), drain["command"][-40:]
+        order = [("check", _when(check["end"])), ("drain", _when(drain["start"])),
+                 ("drained", _when(drain["end"])), ("reboot", _when(reboot["start"])),
+                 ("rebooted", _when(reboot["end"])), ("boot", booted[n]),
+                 ("wait", _when(wait["start"])), ("waited", _when(wait["end"])),
+                 ("join", _when(join["start"])), ("joined", _when(join["end"])),
+                 ("member", _when(member["start"]))]
+        assert [step for step, _ in sorted(order, key=lambda s: s[1])] == \
+            [step for step, _ in order], (n, order)
+        assert _when(init["end"]) <= _when(token["start"])
+        assert _when(token["end"]) <= _when(join["start"])
+        assert _when(wait["end"]) <= _when(uncordon["start"])
+        sandbox = dc.hosts[n].sandbox
+        assert "iommu=pt" in sandbox.cmdline.read_text().split()
+
+
+def test_the_joined_nodes_are_the_clusters(applied) -> None:
+    dc, _ = applied
+    cluster = dc.work / "cluster"
+    # The control plane's own Node (kubeadm init) and the 8 GPU nodes' (their joins).
+    nodes = [CONTROL_PLANE, *GPU_NODES]
+    assert sorted(p.name for p in (cluster / "nodes").iterdir()) == sorted(nodes)
+    version = (cluster / "version").read_text().strip()
+    assert {(cluster / "kubelet" / n).read_text().strip() for n in nodes} == {f"v{version}"}
 
 
 def test_every_switch_gets_its_configuration_through_its_cli(applied) -> None:
@@ -174,18 +284,47 @@ def test_every_bmc_gets_its_redfish_settings_with_the_admin_password(applied) ->
         assert r["body"] == {"PowerRestorePolicy": "LastState"}
 
 
+def test_the_volumes_and_node_labels_are_in_the_api_server(applied) -> None:
+    dc, runs = applied
+    api = runs["api"]
+    # The placement labels each GPU node's NodePatch sets, on the Node its join registered.
+    for r in dc.plan["resources"]:
+        if r["type"] == "kubernetes:core/v1:NodePatch":
+            name = r["inputs"]["metadata"]["name"]
+            labels = api.get("node", name)["metadata"]["labels"]
+            assert r["inputs"]["metadata"]["labels"].items() <= labels.items(), name
+    # Every volume the storage layer plans, each claim bound to its volume (the real PV
+    # controller), the checkpoints' among them.
+    planned = {r["inputs"]["metadata"]["name"] for r in dc.plan["resources"]
+               if r["type"] == "kubernetes:core/v1:PersistentVolume"}
+    volumes = {v["metadata"]["name"]: v for v in api.get("pv")["items"]}
+    assert set(volumes) == planned
+    claims = api.get("pvc", "-A")["items"]
+    assert {c["status"]["phase"] for c in claims} == {"Bound"}
+    assert {c["spec"]["volumeName"] for c in claims} == planned
+    assert any("checkpoint" in name for name in planned)
+
+
+def test_a_second_preview_finds_nothing_to_change(applied) -> None:
+    dc, runs = applied
+    summary = runs["preview2"]["changeSummary"]
+    assert set(summary) == {"same"}, summary
+    assert json.loads((OUT / "preview2.json").read_text()) == runs["preview2"]
+
+
 def test_the_state_is_the_real_engines_with_every_secret_encrypted(applied) -> None:
     dc, runs = applied
     deployment = runs["state"]["deployment"]
     urns = {r["urn"] for r in deployment["resources"]}
-    assert {r["urn"] for r in first_layers(dc.plan)} <= urns
-    # The command provider that ran is the release the SDK asks for.
+    assert {r["urn"] for r in commands(dc.plan)} <= urns
+    # The providers that ran are the releases the SDK asks for.
     providers = {r["urn"].rsplit("::", 1)[1]: r["inputs"].get("version")
-                 for r in deployment["resources"] if r["type"] == "pulumi:providers:command"}
-    assert providers == {"default_1_2_1": "1.2.1"}, providers
+                 for r in deployment["resources"]
+                 if r["type"] in ("pulumi:providers:command", "pulumi:providers:kubernetes")}
+    assert providers == {"default_1_2_1": "1.2.1", "kubernetes": "4.25.0"}, providers
     assert deployment["manifest"]["version"].startswith("v3.274.1"), deployment["manifest"]
     text = json.dumps(runs["state"])
-    for value in dc.secrets.values():
+    for value in (*dc.secrets.values(), dc.stack_token):
         assert value.strip() not in text
 
 
@@ -193,11 +332,314 @@ def test_build_e2e_holds_the_state_and_every_command_in_order(applied) -> None:
     dc, runs = applied
     assert json.loads((OUT / "state.json").read_text()) == runs["state"]
     calls = [json.loads(x) for x in (OUT / "calls.log").read_text().splitlines()]
-    # Every command hostsim ran, each once, numbered in the order it started: each of the 11
-    # hosts prepared and keyed, each of the 6 switches configured, the 2 subnet managers.
-    assert len(calls) == sum(len(dc.calls(h)) for h in dc.hosts) == 2 * 11 + 6 + 2
+    # Every command hostsim ran, each once, numbered in the order it started.
+    assert len(calls) == sum(len(dc.calls(h)) for h in dc.hosts) == len(remote(dc.plan))
     assert len({c["seq"] for c in calls}) == len(calls)
     assert {p.stem for p in (OUT / "hosts").iterdir()} == set(dc.hosts)
     text = "".join(p.read_text() for p in OUT.rglob("*") if p.is_file())
-    for value in dc.secrets.values():
+    for value in (*dc.secrets.values(), dc.stack_token):
         assert value.strip() not in text
+
+
+# ----------------------------------------------------------------- day 2
+
+
+def day2(dc: Datacentre, change: str, edit: Callable[[dict[str, Any]], None] | None = None,
+         new_secrets: dict[str, str] | None = None,
+         inventory: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """A change of the stack file (`edit` of its cluster config), of its secrets or of the
+    inventory (`inventory`: its new text from the old) through the engine: the offline
+    preview of it against the rendering of what is deployed, the engine's preview
+    (`build/e2e/preview-<change>.json`), `pulumi up`, and a preview after it that must find
+    nothing to change."""
+    before = len(dc.calls_in_order())
+    render = run_offline(dc.project, "preview", "--stack", STACK, "--render", "--quiet")
+    assert render.returncode == 0, render.stdout[-3000:] + render.stderr[-3000:]
+    stack_file = dc.project / f"Pulumi.{STACK}.yaml"
+    doc = yaml.safe_load(stack_file.read_text())
+    cluster = doc["config"]["gpu-cluster:cluster"]
+    if edit is not None:
+        edit(cluster)
+        stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    if inventory is not None:
+        rows = dc.project / cluster["inventoryFile"]
+        rows.write_text(inventory(rows.read_text()))
+    offline = run_offline(dc.project, "preview", "--stack", STACK)
+    assert offline.returncode == 0, offline.stdout[-3000:] + offline.stderr[-3000:]
+    changes = json.loads((dc.project / "build" / STACK / "diff.json").read_text())
+    replan(dc)  # the guard on the new plan, and a root for each host it adds
+    dc.secrets |= new_secrets or {}
+    targeted = targets(dc.plan)
+    target = [arg for urn in targeted for arg in ("--target", urn)]
+    with running(dc):
+        env = engine_env(dc) | dc.secrets
+        if new_secrets:
+            done = cli(dc, env, "bash", "tools/set-stack-secrets.sh", STACK)
+            assert done.returncode == 0, done.stderr[-3000:]
+        preview = cli(dc, env, "pulumi", "preview", "--diff", "--json", "--stack", STACK,
+                      *target)
+        assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
+        (dc.work / f"preview-{change}.json").write_text(preview.stdout)
+        up = cli(dc, env, "pulumi", "up", "--yes", "--non-interactive", "--skip-preview",
+                 "--stack", STACK, *target)
+        assert up.returncode == 0, up.stdout[-8000:] + up.stderr[-3000:]
+        again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--json", "--stack",
+                    STACK, *target)
+        assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
+        state = cli(dc, env, "pulumi", "stack", "export", "--stack", STACK)
+        assert state.returncode == 0, state.stderr
+    publish(dc, state.stdout)
+    engine = {s["urn"]: s["op"] for s in json.loads(preview.stdout)["steps"]
+              if s["op"] != "same"}
+    # The offline preview's changes to what the engine was asked to change.
+    return {"offline": {c["urn"]: c["action"] for c in changes if c["urn"] in targeted},
+            "engine": engine,
+            "calls": dc.calls_in_order()[before:], "state": json.loads(state.stdout)}
+
+
+def _next_patch(version: str) -> str:
+    major, minor, patch = version.split(".")
+    return f"{major}.{minor}.{int(patch) + 1}"
+
+
+@pytest.fixture(scope="module")
+def upgraded(applied) -> tuple[Datacentre, dict[str, Any]]:
+    """Kubernetes one patch release up."""
+    dc, _ = applied
+    versions: dict[str, str] = {}
+
+    def edit(cluster: dict[str, Any]) -> None:
+        versions["old"] = cluster["kubernetes"]["version"]
+        versions["new"] = cluster["kubernetes"]["version"] = _next_patch(versions["old"])
+
+    return dc, day2(dc, "upgrade", edit) | versions
+
+
+def test_an_upgrade_changes_what_the_offline_preview_said(upgraded) -> None:
+    dc, run = upgraded
+    engine = run["engine"]
+    assert engine == run["offline"]
+    # What they are: each host's preparation (the package version it would install on a new
+    # host), the control plane's configuration and every step of the upgrade chain.
+    names = {urn.rsplit("::", 1)[1] for urn in engine}
+    assert {f"{n}-{step}" for n in GPU_NODES
+            for step in ("kubernetes-upgrade", "upgrade-drain", "upgrade-uncordon")} <= names
+    assert f"{CONTROL_PLANE}-kubernetes-upgrade" in names
+    assert set(engine.values()) == {"update"}
+
+
+def test_an_upgrade_runs_the_control_plane_first_then_one_node_at_a_time(upgraded) -> None:
+    dc, run = upgraded
+    calls = run["calls"]
+
+    def one(host: str, marker: str) -> dict[str, Any]:
+        (c,) = [c for c in calls if c["host"] == host and marker in c["command"]]
+        return c
+
+    def script(name: str) -> dict[str, Any]:
+        (r,) = [r for r in commands(dc.plan) if r["name"] == name]
+        host = next(h.name for h in dc.hosts.values()
+                    if h.address == r["inputs"]["connection"]["host"])
+        (c,) = [c for c in calls if c["host"] == host and c["command"] == "sudo bash -s"
+                and c["stdinBytes"] == len(_upgrade_script(dc, name, run))]
+        return c
+
+    control_plane = script(f"{CONTROL_PLANE}-kubernetes-upgrade")
+    previous = _when(control_plane["end"])
+    for n in GPU_NODES:
+        drain = one(CONTROL_PLANE, f"# Drain of {n} for the Kubernetes upgrade ")
+        upgrade = script(f"{n}-kubernetes-upgrade")
+        uncordon = one(CONTROL_PLANE, f"# Uncordon of {n} after the Kubernetes upgrade ")
+        steps = [previous, _when(drain["start"]), _when(drain["end"]),
+                 _when(upgrade["start"]), _when(upgrade["end"]), _when(uncordon["start"])]
+        assert steps == sorted(steps), n
+        previous = _when(uncordon["end"])
+    assert all(c["exit"] == 0 for c in calls)
+
+
+def _upgrade_script(dc: Datacentre, name: str, run: dict[str, Any]) -> bytes:
+    """The script the engine sent for `name` after the upgrade: the plan's, at the new version."""
+    plan = json.loads((dc.project / "build" / STACK / "plan.json").read_text())
+    (r,) = [r for r in plan["resources"] if r["name"] == name]
+    return dc.sent(r["inputs"]["stdin"]).encode()
+
+
+def test_after_the_upgrade_every_kubelet_and_the_api_server_run_the_new_release(
+        upgraded) -> None:
+    dc, run = upgraded
+    cluster = dc.work / "cluster"
+    assert (cluster / "version").read_text().strip() == run["new"]
+    nodes = [CONTROL_PLANE, *GPU_NODES]
+    assert {n: (cluster / "kubelet" / n).read_text().strip() for n in nodes} == {
+        n: f"v{run['new']}" for n in nodes}
+    # Each GPU node was drained for it and uncordoned after (the kubectl stub's record).
+    for n in GPU_NODES:
+        assert (cluster / "nodes" / n).read_text().split()[-2:] == ["drain", "uncordon"]
+
+
+# ----------------------------------------------------------------- day 2: a switch password
+
+
+@pytest.fixture(scope="module")
+def rotated(upgraded) -> tuple[Datacentre, dict[str, Any]]:
+    """A new switch password, set on every switch first (hostsim serves it), then in the
+    stack: the secret with its version bumped (docs/day2.md)."""
+    dc, _ = upgraded
+    new = {"GPU_CLUSTER_SWITCH_PASSWORD": secrets.token_urlsafe(16)}
+
+    def edit(cluster: dict[str, Any]) -> None:
+        cluster["credentials"]["switchPasswordVersion"] += 1
+
+    return dc, day2(dc, "switch-password", edit, new)
+
+
+def test_a_new_switch_password_reconfigures_every_switch_with_it(rotated) -> None:
+    dc, run = rotated
+    assert run["engine"] == run["offline"]
+    # Exactly the switches' commands, each logging in with the new password (hostsim knows
+    # no other now) and sending the same configuration again.
+    switches = [h for h in dc.hosts.values() if h.user == "admin"]
+    assert {urn.rsplit("::", 1)[1] for urn in run["engine"]} == {
+        f"{h.name}-config" for h in switches}
+    assert sorted(c["host"] for c in run["calls"]) == sorted(h.name for h in switches)
+    assert all(c["exit"] == 0 for c in run["calls"])
+    for h in switches:
+        first, second = sorted((h.sandbox.state / "cli").iterdir())
+        assert first.read_text() == second.read_text()
+    assert dc.secrets["GPU_CLUSTER_SWITCH_PASSWORD"] not in json.dumps(run["state"])
+
+
+# ----------------------------------------------------------------- day 2: a replaced HCA
+
+
+NEW_GUID = "0xb83fd20300a4ffee"  # the replacement HCA's port GUID (NVIDIA's OUI, as its own)
+
+
+@pytest.fixture(scope="module")
+def hca_replaced(rotated) -> tuple[Datacentre, dict[str, Any]]:
+    """gpu-node-03's rail-2 HCA replaced: the inventory row with the new card's port GUID."""
+    dc, _ = rotated
+    old: list[str] = []
+
+    def swap(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        (i,) = [i for i, row in enumerate(lines) if row.startswith("gpu-node-03,2,")]
+        cells = lines[i].split(",")
+        old.append(cells[3])
+        lines[i] = ",".join([*cells[:3], NEW_GUID, *cells[4:]])
+        return "".join(lines)
+
+    return dc, day2(dc, "hca", inventory=swap) | {"old_guid": old[0]}
+
+
+def test_a_replaced_hca_changes_only_the_subnet_managers_standby_first(hca_replaced) -> None:
+    dc, run = hca_replaced
+    assert run["engine"] == run["offline"]
+    assert {urn.rsplit("::", 1)[1] for urn in run["engine"]} == {"sm-01-opensm", "sm-02-opensm"}
+    calls = run["calls"]
+    assert [c["host"] for c in sorted(calls, key=lambda c: _when(c["start"]))] == [
+        "sm-02", "sm-01"]
+    standby, master = sorted(calls, key=lambda c: _when(c["start"]))
+    assert _when(standby["end"]) <= _when(master["start"])
+    assert all(c["exit"] == 0 for c in calls)
+    # Both subnet managers now know the new port GUID, and neither the old one.
+    for sm in ("sm-01", "sm-02"):
+        text = "".join(p.read_text(errors="replace") for p in
+                       (dc.hosts[sm].sandbox.root / "etc/opensm").rglob("*") if p.is_file())
+        assert NEW_GUID in text and run["old_guid"] not in text, sm
+
+
+# ----------------------------------------------------------------- day 2: a node added
+
+
+NEW_NODE = "gpu-node-08"
+
+
+@pytest.fixture(scope="module")
+def node_added(hca_replaced) -> tuple[Datacentre, dict[str, Any]]:
+    """A ninth GPU node in a third rack, as docs/day2.md adds one: the range one longer and
+    the new board's inventory rows (its port GUIDs, MAC and the host key its sshd serves)."""
+    dc, _ = hca_replaced
+    host_key = " ".join(keygen(dc.work / "keys" / "hosts" / NEW_NODE, NEW_NODE).split()[:2])
+    boots = len(dc.boots)
+
+    def grow(cluster: dict[str, Any]) -> None:
+        (nodes,) = cluster["gpuNodes"]["ranges"]
+        nodes["count"] += 1
+        nodes["racks"].append("r03")
+
+    def rows(text: str) -> str:
+        last = [row.split(",") for row in text.splitlines() if row.startswith("gpu-node-07,")]
+        return text + "".join(",".join([NEW_NODE, rail, hca, guid.replace("a83c", "a93c"),
+                                        mac.replace(":07:", ":08:"), host_key]) + "\n"
+                              for _, rail, hca, guid, mac, _key in last)
+
+    return dc, day2(dc, "add-node", grow, inventory=rows) | {"boots": boots}
+
+
+def test_an_added_node_is_built_and_joined_and_no_other_node_is_touched(node_added) -> None:
+    dc, run = node_added
+    assert run["engine"] == run["offline"]
+    calls = run["calls"]
+    assert all(c["exit"] == 0 for c in calls)
+    # The new node: prepared, keyed, checked, rebooted once into its kernel arguments, joined;
+    # its BMC configured; its Node in the cluster.
+    assert [host for host, _ in dc.boots[run["boots"]:]] == [NEW_NODE]
+    assert "iommu=pt" in dc.hosts[NEW_NODE].sandbox.cmdline.read_text().split()
+    assert (dc.work / "cluster" / "nodes" / NEW_NODE).exists()
+    assert len([c for c in calls if c["host"] == NEW_NODE]) == len(
+        [r for r in remote(dc.plan)
+         if r["inputs"]["connection"]["host"] == dc.hosts[NEW_NODE].address])
+    requests = [json.loads(x) for x in dc.redfish_log.read_text().splitlines()]
+    assert NEW_NODE in {r["bmc"] for r in requests}
+    # No other node drained, rebooted or run anything: only the control plane (the new node's
+    # token, drain check, wait), the leaves its cables land on and the subnet managers.
+    assert {c["host"] for c in calls} - {NEW_NODE, CONTROL_PLANE} == {
+        "sm-01", "sm-02", *(urn.rsplit("::", 1)[1].removesuffix("-config")
+                            for urn in run["engine"] if urn.endswith("-config"))}
+    assert not [c for c in calls if c["host"] == CONTROL_PLANE
+                and any(f"of {n} " in c["command"] for n in GPU_NODES)]
+
+
+# ----------------------------------------------------------------- destroy
+
+
+@pytest.fixture(scope="module")
+def destroy_attempted(applied, node_added) -> tuple[Datacentre, dict[str, Any]]:
+    """`pulumi destroy` of the whole stack, as someone would type it."""
+    dc, first = applied
+    before = len(dc.calls_in_order())
+    with running(dc):
+        env = engine_env(dc) | dc.secrets
+        export = ("pulumi", "stack", "export", "--stack", STACK)
+        state = cli(dc, env, *export)
+        destroy = cli(dc, env, "pulumi", "destroy", "--yes", "--non-interactive", "--stack",
+                      STACK)
+        after = cli(dc, env, *export)
+    return dc, {"destroy": destroy, "api": first["api"], "before": json.loads(state.stdout),
+                "after": json.loads(after.stdout), "calls": dc.calls_in_order()[before:]}
+
+
+def test_destroy_is_refused_by_the_protected_volumes_and_nothing_is_deleted(
+        destroy_attempted) -> None:
+    dc, run = destroy_attempted
+    destroy = run["destroy"]
+    assert destroy.returncode != 0
+    protected = {r["urn"].rsplit("::", 1)[1] for r in run["before"]["deployment"]["resources"]
+                 if r.get("protect")}
+    # The checkpoints' volume and claim, and the control plane's init (its etcd).
+    assert protected == {"persistentvolume-checkpoints-training",
+                         "persistentvolumeclaim-training-checkpoints",
+                         f"{CONTROL_PLANE}-kubeadm-init"}, protected
+    said = " ".join((destroy.stdout + destroy.stderr).split())
+    assert ("Preview failed: resource \"urn:pulumi:e2e::gpu-cluster::gpucluster:storage:"
+            "Storage$kubernetes:core/v1:PersistentVolumeClaim::persistentvolumeclaim-training-"
+            "checkpoints\" cannot be deleted because it is protected") in said, said[-3000:]
+    # Refused before anything ran: the state, every host and the API server as they were.
+    assert [r["urn"] for r in run["after"]["deployment"]["resources"]] == [
+        r["urn"] for r in run["before"]["deployment"]["resources"]]
+    assert run["calls"] == []
+    api = run["api"]
+    assert {v["metadata"]["name"] for v in api.get("pv")["items"]} == {
+        r["inputs"]["metadata"]["name"] for r in dc.plan["resources"]
+        if r["type"] == "kubernetes:core/v1:PersistentVolume"}

@@ -91,6 +91,19 @@ def test_command_host_and_replace_on_changes_option() -> None:
                     "hardware").action == "replace"  # type: ignore[union-attr]
     assert classify(old, doc(cmd, "prep", {"connection": {"host": "10.0.0.1"}, "create": "b"}),
                     "hardware").action == "update"  # type: ignore[union-attr]
+    # A script with a secret in it (a subnet manager's config and its keys) is one secret to
+    # the engine: the offline diff shows the lines, and says the CLI will not.
+    sm = "sudo tee <<EOF\nsm_key [secret fabricSmKey version {}]\nsweep 10\nEOF\n"
+    rotated = classify(doc(cmd, "sm", {"stdin": sm.format(1)}),
+                       doc(cmd, "sm", {"stdin": sm.format(2)}), "fabric")
+    assert rotated is not None and rotated.paths == ["stdin"]
+    assert rotated.text_diffs["stdin"] == [
+        "(`pulumi preview` shows [secret])",
+        "-sm_key [secret fabricSmKey version 1]", "+sm_key [secret fabricSmKey version 2]"]
+    plain = classify(doc(cmd, "p", {"stdin": "a\nb\n"}), doc(cmd, "p", {"stdin": "a\nc\n"}),
+                     "hardware")
+    assert plain is not None and "(`pulumi preview` shows [secret])" not in \
+        plain.text_diffs["stdin"]
     # replaceOnChanges from the resource's own options.
     cm = "kubernetes:core/v1:ConfigMap"
     a = doc(cm, "c", {"data": {"k": "1"}}, replaceOnChanges=["data.*"])

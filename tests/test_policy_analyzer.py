@@ -30,12 +30,30 @@ def test_rules_see_what_the_engine_sends() -> None:
     assert seen["config"] == {"minSize": 16.0}
     assert seen["provider"] == "kubernetes"
 
-def test_unknown_values_are_an_advisory_note_as_in_the_engine() -> None:
-    an = Analyzer(only={"no-latest-image"})
-    out = an.analyze(Res("kubernetes:core/v1:Pod", "p", {"spec": {"containers": [
-        {"name": "c", "image": UNKNOWN}]}}))
-    assert [(d.policy, d.level) for d in out] == [("no-latest-image", "advisory")]
-    assert "can't run policy 'no-latest-image'" in out[0].message
+def test_a_check_on_an_unknown_value_waits_for_up_and_is_said_once() -> None:
+    # The engine would print one "can't run policy" line per rule and resource; the pack
+    # defers the check to `pulumi up` and says so in one finding after every rule ran.
+    an = Analyzer(only={"no-latest-image", "checks-wait-for-up"})
+    pods = [Res("kubernetes:core/v1:Pod", f"p{i}", {"spec": {"containers": [
+        {"name": "c", "image": UNKNOWN}]}}) for i in range(5)]
+    out = an.run(pods)
+    assert [(d.policy, d.level) for d in out] == [("checks-wait-for-up", "advisory")]
+    assert "5 checks by 1 rules wait for `pulumi up`" in out[0].message
+    assert "`.spec.containers.0.image` of 5 resources (p0, p1, p2, and 2 more)" \
+        in out[0].message
+    # Once said, forgotten: the next stack analysis has nothing left to report.
+    assert an.analyze_stack(pods) == []
+
+
+def test_a_known_value_is_still_checked(prod_plan: list[Res]) -> None:
+    an = Analyzer(only={"no-latest-image", "checks-wait-for-up"})
+    out = an.run([Res("kubernetes:core/v1:Pod", "p", {"spec": {"containers": [
+        {"name": "c", "image": UNKNOWN}, {"name": "d", "image": "nvcr.io/x:latest"}]}})])
+    # The rule stopped at the unknown image: the one after it waits with it.
+    assert [d.policy for d in out] == ["checks-wait-for-up"]
+    out = an.run([Res("kubernetes:core/v1:Pod", "p", {"spec": {"containers": [
+        {"name": "d", "image": "nvcr.io/x:latest"}]}})])
+    assert [(d.policy, d.level) for d in out] == [("no-latest-image", "mandatory")]
 
 
 def test_the_pack_is_well_formed() -> None:
@@ -51,4 +69,9 @@ def test_the_pack_is_well_formed() -> None:
 def test_the_prod_plan_passes_every_rule(prod_plan: list[Res]) -> None:
     out = Analyzer(prod_policy_config()).run(prod_plan)
     assert [d for d in out if d.level == "mandatory"] == []
-    assert out == []
+    # A first preview (the copy has no rendering, so nothing is deployed): each GPU node's
+    # reboot drain acts on the verdict its reboot check prints, and 8 rules read commands.
+    (wait,) = out
+    assert wait.policy == "checks-wait-for-up" and wait.level == "advisory"
+    assert "\n64 checks by 8 rules wait for `pulumi up`" in wait.message
+    assert "`.create` of 8 resources (gpu-node-00-reboot-drain, " in wait.message

@@ -62,13 +62,22 @@ class ControlPlane:
 
     def __init__(self, bin_dir: Path, work: Path, service_cidr: str = "10.96.0.0/12",
                  kwok_stages: str | None = None, admission_config: Path | None = None,
-                 authentication_config: Path | None = None) -> None:
+                 authentication_config: Path | None = None, address: str = "127.0.0.1",
+                 port: int | None = None, serving: tuple[Path, Path] | None = None,
+                 tokens: Sequence[str] = ()) -> None:
         self.bin = bin_dir
         self.work = work
         self.service_cidr = service_cidr
         self.kwok_stages = kwok_stages  # KWOK Stage documents; None: KWOK's defaults
         self.admission_config = admission_config  # the stack's AdmissionConfiguration
         self.authentication_config = authentication_config  # its AuthenticationConfiguration
+        # Where kube-apiserver listens (a free port when none is given), the certificate and
+        # key it serves (its own self-signed pair when none), and tokens.csv lines it also
+        # accepts beside the admin's: a simulated data centre's API endpoint and identities.
+        self.address = address
+        self.fixed_port = port
+        self.serving = serving
+        self.tokens = tuple(tokens)
         self._on_stop: list[Callable[[], None]] = []
         self.port = 0  # kube-apiserver's, once it listens
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -77,7 +86,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> ControlPlane:
@@ -106,14 +115,15 @@ class ControlPlane:
     def spawn_listening(self, name: str, command: Callable[..., Sequence[str]],
                         ports: int = 1, host: str = "127.0.0.1",
                         env: Mapping[str, str] | None = None,
-                        timeout: float = 300) -> tuple[int, ...]:
-        """Start a binary that listens on `ports` fresh ports of `host` and wait until it
-        accepts connections on the first; `command(*ports)` gives its arguments (and sets up
-        whatever must know the ports first). A port can be taken between being picked and
-        being bound; the process then exits saying so, and is started again on other ports."""
+                        timeout: float = 300, fixed: int | None = None) -> tuple[int, ...]:
+        """Start a binary that listens on `ports` fresh ports of `host` (or on the one port
+        `fixed`) and wait until it accepts connections on the first; `command(*ports)` gives
+        its arguments (and sets up whatever must know the ports first). A port can be taken
+        between being picked and being bound; the process then exits saying so, and is
+        started again on other ports."""
         log = self.work / f"{name}.log"
-        for _ in range(BIND_ATTEMPTS):
-            picked: list[int] = []
+        for _ in range(1 if fixed else BIND_ATTEMPTS):
+            picked: list[int] = [fixed] if fixed else []
             while len(picked) < ports:
                 if (port := free_port(host)) not in picked:
                     picked.append(port)
@@ -165,7 +175,9 @@ class ControlPlane:
                         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
                         "/CN=kubernetes", "-keyout", str(w / "certs" / "ca.key"),
                         "-out", str(self.ca)], check=True, capture_output=True)
-        (w / "tokens.csv").write_text(f"{TOKEN},twin-admin,twin-admin,system:masters\n")
+        (w / "tokens.csv").write_text("".join(
+            f"{line}\n" for line in (f"{TOKEN},twin-admin,twin-admin,system:masters",
+                                     *self.tokens)))
         # etcd binds its peer port before its client port: once the client port answers,
         # both were free.
         etcd_port, _peer = self.spawn_listening("etcd", lambda client, peer: [
@@ -176,9 +188,12 @@ class ControlPlane:
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"twin=http://127.0.0.1:{peer}",
             "--unsafe-no-fsync"], ports=2)
+        serving = ([f"--tls-cert-file={self.serving[0]}",
+                    f"--tls-private-key-file={self.serving[1]}"] if self.serving else [])
         self.port, = self.spawn_listening("kube-apiserver", lambda port: [
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={self.address}",
+            f"--secure-port={port}", *serving,
             f"--cert-dir={w / 'certs'}", f"--token-auth-file={w / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC",
             f"--service-account-key-file={w / 'certs' / 'sa.pub'}",
@@ -193,7 +208,8 @@ class ControlPlane:
             *([f"--admission-control-config-file={self.admission_config}"]
               if self.admission_config else []),
             *([f"--authentication-config={self.authentication_config}"]
-              if self.authentication_config else [])])
+              if self.authentication_config else [])],
+            host=self.address, fixed=self.fixed_port)
         self.kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "twin",
             "clusters": [{"name": "twin", "cluster": {"server": self.server,

@@ -11,7 +11,9 @@ one decorated function (see `registry.py`) in the module of its domain:
 - `rules_inference.py`: inference services;
 - `rules_pods.py`: privilege, secrets and GPU placement of every pod;
 - `rules_rdma.py`: RDMA pods and NCCL;
-- `rules_training.py`: training jobs and gang scheduling.
+- `rules_training.py`: training jobs and gang scheduling;
+- `rules_deferred.py` (run last): the one finding that says which checks wait for
+  `pulumi up` because the values they read are unknown in a preview.
 Levels can be overridden per rule with a policy config (`{"<rule>": "advisory" |
 {"enforcementLevel": "…", <properties>}}`): `INITIAL_CONFIG` below, `pulumi preview
 --policy-pack-config`, or `python -m offline preview --policy-config`. `python -m
@@ -23,6 +25,7 @@ from pulumi_policy import EnforcementLevel
 # Importing the rule modules registers the rules, in this order.
 from . import rules as _rules  # noqa: F401
 from . import rules_bootstrap as _rules_bootstrap  # noqa: F401
+from . import rules_deferred
 from . import rules_exposure as _rules_exposure  # noqa: F401
 from . import rules_fabric as _rules_fabric  # noqa: F401
 from . import rules_hardening as _rules_hardening  # noqa: F401
@@ -32,7 +35,8 @@ from . import rules_rdma as _rules_rdma  # noqa: F401
 from . import rules_training as _rules_training  # noqa: F401
 from .registry import REGISTRY
 
-POLICIES = list(REGISTRY)
+# The summary of deferred checks runs after every other rule (a stable sort keeps the rest).
+POLICIES = sorted(REGISTRY, key=lambda p: p.name == rules_deferred.SUMMARY)
 
 # Level of a rule that does not set one.
 DEFAULT_ENFORCEMENT_LEVEL = EnforcementLevel.ADVISORY

@@ -8,6 +8,7 @@ and the offline preview run. The function's docstring is the reason for the rule
 from __future__ import annotations
 
 import fnmatch
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol, TypeGuard, cast
@@ -20,6 +21,7 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
+from pulumi_policy.proxy import UnknownValueError
 
 REGISTRY: list[ResourceValidationPolicy | StackValidationPolicy] = []
 # rule id -> the decorated function (its docstring is the rule's reason).
@@ -74,6 +76,34 @@ def _note(rule: str, urn: str | None, reason: str) -> Report:
     return report
 
 
+class Deferred(NamedTuple):
+    """A check a preview cannot make: the value it reads is known only once earlier steps of
+    `pulumi up` ran (a reboot drain's command is built from the reboot check's output)."""
+    rule: str
+    urn: str | None
+    path: str  # the unknown property, e.g. ".create"
+
+
+# Checks deferred since the last summary (rules_deferred.py reports them once, as one finding,
+# where the analyzer would print one "can't run policy" line per rule and resource). The
+# analyzer serves a preview's Analyze calls, then AnalyzeStack, in one process.
+_deferred: list[Deferred] = []
+_deferred_lock = threading.Lock()
+
+
+def _defer(rule: str, urn: str | None, err: UnknownValueError) -> None:
+    with _deferred_lock:
+        _deferred.append(Deferred(rule, urn, "." + ".".join(err.props)))
+
+
+def take_deferred() -> list[Deferred]:
+    """The checks deferred since the last call, and forget them."""
+    with _deferred_lock:
+        taken = list(_deferred)
+        _deferred.clear()
+    return taken
+
+
 def _register(policy: ResourceValidationPolicy | StackValidationPolicy) -> None:
     if any(p.name == policy.name for p in REGISTRY):
         raise ValueError(f"policy {policy.name!r} is registered twice")
@@ -100,9 +130,14 @@ def resource_rule(
         def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
             if not applies(args.resource_type):
                 return
-            reason = suppression(name, args, args.name, args.props)
-            # A suppressed rule still runs: what it would have reported is recorded as such.
-            fn(args, _optional_urn(report) if reason is None else _note(name, args.urn, reason))
+            try:
+                reason = suppression(name, args, args.name, args.props)
+                # A suppressed rule still runs: what it would have reported is recorded as such.
+                fn(args, _optional_urn(report) if reason is None
+                   else _note(name, args.urn, reason))
+            except UnknownValueError as err:
+                # Checked by `pulumi up`, which registers the resource only once it is known.
+                _defer(name, args.urn, err)
 
         _register(ResourceValidationPolicy(
             name=name, description=description, validate=validate, enforcement_level=level))
@@ -131,7 +166,10 @@ def stack_rule(
                 else:
                     _note(name, urn, reason)(message)
 
-            fn(args, filtered)
+            try:
+                fn(args, filtered)
+            except UnknownValueError as err:
+                _defer(name, None, err)
 
         _register(StackValidationPolicy(
             name=name, description=description, validate=validate, enforcement_level=level))

@@ -22,17 +22,19 @@ from typing import Any
 import pytest
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2 as proto
+from pulumi.runtime.rpc import UNKNOWN
 from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
+from offline.normalize import UNKNOWN as PLAN_UNKNOWN
 from support.project import REPO, copy_repo
 
 if str(REPO / "policies") not in sys.path:
     sys.path.insert(0, str(REPO / "policies"))
 
 import gpu_guardrails
+from gpu_guardrails.registry import take_deferred
 
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 LEVELS = {proto.ADVISORY: "advisory", proto.MANDATORY: "mandatory",
           proto.REMEDIATE: "remediate", proto.DISABLED: "disabled"}
 _LEVEL_TO_PROTO = {"advisory": proto.ADVISORY, "mandatory": proto.MANDATORY,
@@ -90,6 +92,8 @@ class Analyzer:
         if policies is None:
             policies = [p for p in gpu_guardrails.POLICIES if only is None or p.name in only]
         self.policies = policies
+        # A new analyzer process: no check deferred by an earlier one (registry.take_deferred).
+        take_deferred()
         self.servicer = _PolicyAnalyzerServicer(
             "gpu-guardrails", "0.0.1", policies, gpu_guardrails.DEFAULT_ENFORCEMENT_LEVEL,
             gpu_guardrails.INITIAL_CONFIG or None)
@@ -154,6 +158,17 @@ def offline_preview(project: Path, stack: str = "prod") -> subprocess.CompletedP
              "PYTHONDONTWRITEBYTECODE": "1"})
 
 
+def _unknowns(value: Any) -> Any:
+    """The plan's "[unknown]" as the engine sends a value unknown in preview."""
+    if value == PLAN_UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, dict):
+        return {k: _unknowns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unknowns(v) for v in value]
+    return value
+
+
 def plan_resources(project: Path, stack: str = "prod") -> list[Res]:
     """The recorded plan as engine-shaped resources (inputs as the engine would send them)."""
     doc = json.loads((project / "build" / stack / "plan.json").read_text())
@@ -164,7 +179,7 @@ def plan_resources(project: Path, stack: str = "prod") -> list[Res]:
         if urn not in made:
             r = raw[urn]
             prov = r["options"].get("provider")
-            made[urn] = Res(r["type"], r["name"], r["inputs"], urn=urn,
+            made[urn] = Res(r["type"], r["name"], _unknowns(r["inputs"]), urn=urn,
                             protect=bool(r["options"].get("protect")), parent=r.get("parent"),
                             provider=make(prov) if prov in raw else None)
         return made[urn]

@@ -17,16 +17,19 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
-from e2e.guard import endpoints, outside
+from e2e.guard import endpoints, is_local, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates
 from e2e.stack import CLUSTER_KEY, STACK, Keys, e2e_inventory, e2e_stack
@@ -34,10 +37,14 @@ from support.engine import local_env
 from support.hostsim import go_missing, serve, serving
 from support.project import REPO, copy_repo, run_offline
 from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
+from support.twin import BINS
+from twin.controlplane import ControlPlane
 
 CHARTS = REPO.parent / "shared" / "upstream" / "charts"
 OUT = REPO / "build" / "e2e"  # what `make e2e` leaves for a reader (and CI's artifacts)
 USER = "ubuntu"
+POLL_S = 0.2  # how often the power-cycle watcher looks for a scheduled shutdown
+DOWN_S = 1.0  # how long a rebooting host is down
 SWITCH_USER = "admin"
 BMC_USER = "admin"
 # Stand-ins the hosts' roots need beyond sandbox.py's: the commands arrive as `sudo bash -s`
@@ -48,6 +55,103 @@ SWITCH_CLI = """#!/bin/bash
 n=$(ls /stub/state/cli 2>/dev/null | wc -l)
 mkdir -p /stub/state/cli
 cat > "/stub/state/cli/$(printf '%03d' "$n").txt"
+"""
+
+
+# The cluster as every host's kubectl stub sees it (Nodes, kubelet versions, ConfigMaps, the API
+# server's version): one directory the hosts share, where a lone sandbox keeps its own.
+CLUSTER = "/stub/state/cluster"
+# kubeadm across hosts, over the sandbox's stub (renamed kubeadm-sandbox). `token create` prints
+# a bootstrap token; `kubeconfig user` a kubeconfig for the API endpoint with the cluster's CA;
+# `init` installs the run's own CA, so the CA hash the stack computes with the real openssl is
+# a real one; a `join` registers its Node and its kubelet's version in the shared cluster.
+KUBEADM = r"""#!/bin/bash
+# Stand-in: kubeadm of the simulated data centre (the sandbox's stub does the host's part).
+set -euo pipefail
+C=/stub/state/cluster
+hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+case "${1-} ${2-}" in
+  "token create") echo "$(hex 3).$(hex 8)"; exit 0 ;;
+  "kubeconfig user")
+    [ -s /etc/kubernetes/pki/ca.crt ] || { echo "kubeadm: no CA" >&2; exit 1; }
+    client='' prev=''
+    for a in "$@"; do
+      case "$a" in --client-name=*) client=${a#*=} ;; esac
+      [ "$prev" = --client-name ] && client=$a; prev=$a
+    done
+    printf 'apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n'
+    printf '    server: %s\n    certificate-authority-data: %s\n' __SERVER__ \
+      "$(base64 -w0 /etc/kubernetes/pki/ca.crt)"
+    printf 'contexts:\n- name: ctx\n  context: {cluster: kubernetes, user: "%s"}\n' "$client"
+    printf 'current-context: ctx\nusers:\n- name: "%s"\n  user: {token: %s}\n' "$client" \
+      __TOKEN__
+    exit 0 ;;
+esac
+/stub/bin/kubeadm-sandbox "$@"
+cfg='' prev=''
+for a in "$@"; do [ "$prev" = --config ] && cfg=$a; prev=$a; done
+case "${1-}" in
+  init)
+    if [ "${2-}" != phase ]; then
+      cp /stub/state/e2e-ca.crt /etc/kubernetes/pki/ca.crt
+      sed -n 's/^kubernetesVersion: v//p' "$cfg" > "$C/version"
+      : > "$C/nodes/$(hostname)"
+      echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)"
+    fi ;;
+  join)
+    : > "$C/nodes/$(hostname)"
+    echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)" ;;
+esac
+"""
+# shutdown over the sandbox's stub (shutdown-sandbox, which schedules it and writes
+# /run/nologin): the host is going down, and hostsim refuses logins until it is up again.
+SHUTDOWN = r"""#!/bin/bash
+# Stand-in: shutdown of a simulated host.
+/stub/bin/shutdown-sandbox "$@" || exit $?
+cp /run/nologin __DOWN__
+"""
+DOWN = "/stub/state/down"  # while it exists hostsim lets nobody but root log in
+# systemctl over the sandbox's stub (systemctl-sandbox): a kubelet that restarts reports the
+# version of its package to the API server, as its Node's status.nodeInfo.kubeletVersion.
+SYSTEMCTL = r"""#!/bin/bash
+# Stand-in: systemctl of a simulated Kubernetes host (the sandbox's stub does the unit's part).
+/stub/bin/systemctl-sandbox "$@" || exit $?
+C=/stub/state/cluster
+case " $* " in
+  *" restart kubelet "*|*" restart kubelet.service "*)
+    if [ -e "$C/nodes/$(hostname)" ]; then
+      echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)"
+    fi ;;
+esac
+"""
+# kubectl on the control plane, over the sandbox's stub (kubectl-sandbox), as far as the API
+# server is concerned: `wait --for=create` for a Node waits until the API server has it (the
+# bridge registered the join's Node), and what `apply` records the bridge applies to the API
+# server before the command returns.
+KUBECTL = r"""#!/bin/bash
+# Stand-in: kubectl of the simulated data centre's control plane.
+C=/stub/state/cluster
+create=0 node=''
+for a in "$@"; do
+  case "$a" in --for=create) create=1 ;; node/*) node=${a#node/} ;; esac
+done
+if [ "$create" = 1 ] && [ -n "$node" ]; then
+  for _ in $(seq 600); do
+    [ -e "$C/registered/$node" ] && { echo "node/$node condition met"; exit 0; }
+    /usr/bin/sleep 0.1
+  done
+  echo "error: timed out waiting for the condition on nodes/$node" >&2
+  exit 1
+fi
+/stub/bin/kubectl-sandbox "$@" || exit $?
+if [ "${1-}" = apply ]; then
+  for _ in $(seq 600); do
+    [ "$(cat "$C/forwarded" 2>/dev/null)" = "$(stat -c %s "$C/applied")" ] && exit 0
+    /usr/bin/sleep 0.1
+  done
+  echo "error: the API server did not get what was applied" >&2
+  exit 1
+fi
 """
 
 
@@ -75,10 +179,14 @@ class Datacentre:
     project: Path
     keys: Keys
     plan: dict[str, Any]
+    plan_outputs: dict[str, Any] = field(default_factory=dict)  # the stack's, as planned
     hosts: dict[str, Host] = field(default_factory=dict)
     bmcs: dict[str, str] = field(default_factory=dict)  # host -> BMC address
     secrets: dict[str, str] = field(default_factory=dict)
     ca: Path | None = None
+    stack_token: str = ""  # what the API server knows the stack's identity by
+    passphrase: str = ""  # the stack's secrets' (engine_env makes it once)
+    boots: list[tuple[str, datetime]] = field(default_factory=list)  # (host, when it came up)
 
     @property
     def order(self) -> Path:
@@ -88,26 +196,37 @@ class Datacentre:
     def redfish_log(self) -> Path:
         return self.work / "redfish.log"
 
+    @property
+    def api_endpoint(self) -> str:
+        """The control plane's API endpoint, as the stack plans it (`https://<address>:<port>`)."""
+        return str(self.plan_outputs["apiEndpoint"])
+
     def sent(self, planned: str) -> str:
         """What the engine sends for a value the offline plan shows: its secrets filled in."""
         return SECRET_IN_PLAN.sub(
             lambda m: self.secrets[SECRET_VARIABLES[m.group(1)]], planned)
+
+    def calls_in_order(self) -> list[dict[str, Any]]:
+        """Every command hostsim ran, on every host, in the order each run logged them."""
+        return [json.loads(x) for x in self.order.read_text().splitlines()] \
+            if self.order.exists() else []
 
     def calls(self, host: str) -> list[dict[str, Any]]:
         path = self.hosts[host].calls
         return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def e2e_project(work: Path) -> tuple[Path, Keys, list[str]]:
+def e2e_project(work: Path) -> tuple[Path, Keys]:
     """A copy of the project with the e2e stack (`Pulumi.e2e.yaml`, the inventory's host keys)
-    and what it names: the chart archives and the Training Operator's vendored manifests; the
-    keys, and the GPU nodes (the inventory's)."""
+    and what it names: the chart archives and the Training Operator's vendored manifests; and
+    the keys."""
     if not CHARTS.is_dir():
         pytest.skip(f"no chart archives at {CHARTS}")
     if (why := go_missing()) is not None:
         pytest.skip(why)  # tools/vendor-training-operator.sh reads the operator's Go module
     project = copy_repo(work / "gpu-cluster")
     (project / ".venv").symlink_to(REPO / ".venv")
+    (project / "policies" / "venv").symlink_to(REPO / ".venv")  # the pack's (PulumiPolicy.yaml)
     prod = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
     cluster = prod["config"][CLUSTER_KEY]
     inventory = project / cluster["inventoryFile"]
@@ -123,43 +242,107 @@ def e2e_project(work: Path) -> tuple[Path, Keys, list[str]]:
                              cluster["platform"]["trainingOperator"]["version"]],
                             cwd=project, capture_output=True, text=True, timeout=600)
     assert vendor.returncode == 0, vendor.stderr
-    return project, keys, nodes
+    return project, keys
 
 
 def build(work: Path) -> Datacentre:
     """The project with its e2e stack, checked by the guard, and every host's root."""
-    project, keys, nodes = e2e_project(work)
+    project, keys = e2e_project(work)
     preview = run_offline(project, "preview", "--stack", STACK, "--quiet")
     assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
     plan = json.loads((project / "build" / STACK / "plan.json").read_text())
     refused = outside(plan)
     assert not refused, f"the e2e stack would dial outside this machine: {refused[:5]}"
-    dc = Datacentre(work, project, keys, plan)
-    _hosts(dc, nodes)
+    outputs = json.loads((project / "build" / STACK / "outputs.json").read_text())
+    dc = Datacentre(work, project, keys, plan, outputs.get("outputs") or {})
+    dc.stack_token = secrets.token_hex(16)
+    _hosts(dc)
     return dc
 
 
-def _hosts(dc: Datacentre, gpu_nodes: list[str]) -> None:
-    """A sandbox per SSH endpoint, named by the resource that prepares or configures it; the
-    BMC each `<host>-bmc` command reaches."""
+def _gpu_nodes(dc: Datacentre) -> dict[str, str]:
+    """The GPU nodes of the stack's inventory, with their management MACs."""
+    cluster = yaml.safe_load((dc.project / f"Pulumi.{STACK}.yaml").read_text())["config"][
+        CLUSTER_KEY]
+    rows = (dc.project / cluster["inventoryFile"]).read_text().splitlines()[1:]
+    return {cells[0]: cells[4] for cells in (row.split(",") for row in rows)}
+
+
+def replan(dc: Datacentre) -> None:
+    """After a change: the plan the last offline preview wrote, checked by the guard, and a
+    root for each host it adds (an added node's inventory rows name its GPU nodes)."""
+    plan = json.loads((dc.project / "build" / STACK / "plan.json").read_text())
+    refused = outside(plan)
+    assert not refused, f"the change would dial outside this machine: {refused[:5]}"
+    dc.plan = plan
+    _hosts(dc)
+
+
+def _hosts(dc: Datacentre) -> None:
+    """A sandbox per SSH endpoint the plan has and `dc` does not yet, named by the resource
+    that prepares or configures it; the BMC each `<host>-bmc` command reaches."""
     dc.bmcs = {e.urn.rsplit("::", 1)[1].removesuffix("-bmc"): e.address
                for e in endpoints(dc.plan) if e.via == "url"}
+    (init,) = [r["name"].removesuffix("-kubeadm-init") for r in dc.plan["resources"]
+               if r["name"].endswith("-kubeadm-init")]
+    cluster = dc.work / "cluster"
+    for d in ("nodes", "kubelet", "configmaps", "registered"):
+        (cluster / d).mkdir(parents=True, exist_ok=True)
+    ca = _cluster_ca(dc.work / "cluster-ca")
+    server = dc.api_endpoint
+    gpu_nodes = _gpu_nodes(dc)
     for r in dc.plan["resources"]:
         conn = (r.get("inputs") or {}).get("connection") or {}
         name = r["name"]
         if r["type"] != "command:remote:Command":
             continue
         for suffix, user in (("-prepare", USER), ("-config", SWITCH_USER)):
-            if name.endswith(suffix) and conn.get("user") == user:
+            if name.endswith(suffix) and conn.get("user") == user \
+                    and name.removesuffix(suffix) not in dc.hosts:
                 host = name.removesuffix(suffix)
-                dc.hosts[host] = Host(host, conn["host"], user, _sandbox(dc.work, host,
-                                      host in gpu_nodes, user == SWITCH_USER),
+                sb = _sandbox(dc.work, host, gpu_nodes.get(host), user == SWITCH_USER)
+                if user == USER:
+                    _join_cluster(sb, cluster, server, dc.stack_token,
+                                  ca if host == init else None)
+                dc.hosts[host] = Host(host, conn["host"], user, sb,
                                       dc.work / "calls" / f"{host}.log")
 
 
-def _sandbox(work: Path, host: str, gpu_node: bool, switch: bool) -> Sandbox:
-    sb = Sandbox(work / "hosts" / host, host, DGX_H100_HCAS if gpu_node else {})
-    if gpu_node:
+def _cluster_ca(where: Path) -> Path:
+    """The cluster's CA certificate (a real one: the stack hashes its public key), made once."""
+    where.mkdir(parents=True, exist_ok=True)
+    cert = where / "ca.crt"
+    if cert.exists():
+        return cert
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(where / "ca.key"),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=kubernetes"],
+                   check=True, capture_output=True)
+    return cert
+
+
+def _join_cluster(sb: Sandbox, cluster: Path, server: str, token: str,
+                  ca: Path | None) -> None:
+    """A host of the Kubernetes cluster: the shared cluster state, kubeadm across hosts; the
+    control plane (`ca`: the cluster's CA) also waits for Nodes and runs the real openssl."""
+    sb.shared = {CLUSTER: cluster}
+    stand_ins = {"kubeadm": KUBEADM.replace("__SERVER__", server).replace("__TOKEN__", token),
+                 "systemctl": SYSTEMCTL, "shutdown": SHUTDOWN.replace("__DOWN__", DOWN)}
+    if ca is not None:
+        stand_ins["kubectl"] = KUBECTL
+        shutil.copyfile(ca, sb.state / "e2e-ca.crt")
+        (sb.bin / "openssl").unlink()
+    for name, text in stand_ins.items():
+        (sb.bin / name).rename(sb.bin / f"{name}-sandbox")
+        (sb.bin / name).write_text(text)
+        (sb.bin / name).chmod(0o755)
+
+
+def _sandbox(work: Path, host: str, gpu_node_mac: str | None, switch: bool) -> Sandbox:
+    """A host's root; a GPU node's (its management MAC given) is a DGX H100's."""
+    sb = Sandbox(work / "hosts" / host, host, DGX_H100_HCAS if gpu_node_mac else {},
+                 management_mac=gpu_node_mac)
+    if gpu_node_mac:
         dgx_h100(sb, data_array=False)
     for name, text in (("sudo", SUDO), *((("cli", SWITCH_CLI),) if switch else ())):
         (sb.bin / name).write_text(text)
@@ -183,7 +366,8 @@ def hostsim_spec(dc: Datacentre) -> Path:
     hosts = []
     for h in dc.hosts.values():
         auth = ({"passwordFile": str(password)} if h.user == SWITCH_USER else
-                {"authorizedKeys": str(authorized)})
+                {"authorizedKeys": str(authorized),
+                 "nologinFile": str(h.sandbox.state / Path(DOWN).name)})
         hosts.append({"name": h.name, "address": h.address, "port": 22,
                       "hostKey": str(dc.work / "keys" / "hosts" / h.name), "user": h.user,
                       "exec": h.sandbox.command(), "callsLog": str(h.calls), **auth})
@@ -216,19 +400,138 @@ def make_secrets(dc: Datacentre) -> None:
 def engine_env(dc: Datacentre) -> dict[str, str]:
     """The CLI's environment: a file backend and home under the run's directory, no plugin
     downloads, the run's CA for the BMCs' HTTPS (the local commands' curl inherits it)."""
-    env = local_env(dc.work, "e2e-" + secrets.token_hex(8))
+    dc.passphrase = dc.passphrase or "e2e-" + secrets.token_hex(8)  # the stack's, kept
+    env = local_env(dc.work, dc.passphrase)
     env["CURL_CA_BUNDLE"] = str(dc.ca) if dc.ca else ""
     return env
 
 
 @contextlib.contextmanager
 def running(dc: Datacentre) -> Iterator[None]:
-    """hostsim and the Redfish stand-in, for the block."""
+    """hostsim, the Redfish stand-in and the hosts' power cycles, for the block (the API
+    server runs longer: `api_server`)."""
     redfish = [sys.executable, "-m", "e2e.redfish", str(redfish_spec(dc))]
     with serve(hostsim_spec(dc)), serving(
             redfish, dc.work / "redfish.stderr.log", "the Redfish stand-in",
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}):
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}), _power_cycles(dc):
         yield
+
+
+STACK_USER = "gpu-cluster:stack"  # the identity the stack's kubeconfig names (bootstrap.py)
+
+
+@contextlib.contextmanager
+def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
+    """The cluster's API server at the stack's API endpoint: the twin's real control plane
+    (`make k8s-tools`), serving a certificate the cluster's CA signed for that address, and
+    knowing the stack's identity by the token its kubeconfig carries (no role: RBAC is what
+    the stack itself applies)."""
+    if not BINS:
+        pytest.skip("the twin's control plane is not built: run `make k8s-tools`")
+    url = urlsplit(dc.api_endpoint)
+    assert url.hostname and is_local(url.hostname), f"{dc.api_endpoint} is not on loopback"
+    serving = _serving_cert(dc.work / "cluster-ca", url.hostname)
+    plane = ControlPlane(BINS[-1], dc.work / "apiserver", address=url.hostname,
+                         port=url.port or 443, serving=serving,
+                         tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"])
+    with plane, _bridge(dc, plane):
+        yield plane
+
+
+@contextlib.contextmanager
+def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
+    """The shared cluster directory to the API server: each Node a join registered becomes a
+    Node object (KWOK reports it Ready, as the kubelet would), then `registered/<node>`; what
+    the control plane's `kubectl apply` recorded (the stack's RBAC) is applied, then
+    `forwarded` holds how much of it was."""
+    cluster = dc.work / "cluster"
+
+    def forward() -> None:
+        applied, forwarded = cluster / "applied", cluster / "forwarded"
+        for node in sorted((cluster / "nodes").iterdir()):
+            if not (cluster / "registered" / node.name).exists():
+                plane.kubectl("apply", "-f", "-", stdin=json.dumps(_node(node.name)))
+                (cluster / "registered" / node.name).touch()
+        size = applied.stat().st_size if applied.exists() else 0
+        done = int(forwarded.read_text()) if forwarded.exists() else 0
+        if size > done:
+            with applied.open("rb") as f:
+                f.seek(done)
+                plane.kubectl("apply", "-f", "-", stdin=f.read(size - done).decode())
+            forwarded.write_text(str(size))
+
+    with _polling("api-bridge", forward) as errors:
+        yield
+    assert not errors, f"the API server refused what the hosts registered: {errors[0]}"
+
+
+def _node(name: str) -> dict[str, Any]:
+    """A joined host's Node object as its kubelet registers it; KWOK manages its status."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "status": {"allocatable": NODE_RESOURCES, "capacity": NODE_RESOURCES}}
+
+
+NODE_RESOURCES = {"cpu": "192", "memory": "2Ti", "pods": "110"}
+
+
+def _serving_cert(ca_dir: Path, address: str) -> tuple[Path, Path]:
+    """kube-apiserver's serving certificate for `address`, signed by the cluster's CA."""
+    key, csr, cert = (ca_dir / f"apiserver.{x}" for x in ("key", "csr", "crt"))
+    ext = ca_dir / "apiserver.ext"
+    ext.write_text(f"subjectAltName=IP:{address},DNS:kubernetes\n")
+    for argv in (["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
+                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(csr),
+                  "-subj", "/CN=kube-apiserver"],
+                 ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_dir / "ca.crt"),
+                  "-CAkey", str(ca_dir / "ca.key"), "-CAcreateserial", "-days", "2",
+                  "-extfile", str(ext), "-out", str(cert)]):
+        subprocess.run(argv, check=True, capture_output=True)
+    return cert, key
+
+
+@contextlib.contextmanager
+def _power_cycles(dc: Datacentre) -> Iterator[None]:
+    """A host whose reboot is scheduled (the `shutdown` stand-in leaves it in the state and
+    marks the host down, so hostsim lets nobody but root log in) goes down a moment later and
+    boots: Sandbox.reboot() gives it a new boot ID and the kernel arguments update-grub staged,
+    and clears /run; its sshd takes logins again last. Each boot is recorded in `dc.boots`."""
+    def cycle() -> None:
+        for h in dc.hosts.values():
+            if (h.sandbox.state / "shutdown-scheduled").exists():
+                time.sleep(DOWN_S)
+                h.sandbox.reboot()
+                dc.boots.append((h.name, datetime.now(UTC)))
+                (h.sandbox.state / Path(DOWN).name).unlink(missing_ok=True)
+
+    with _polling("power-cycles", cycle) as errors:
+        yield
+    assert not errors, f"a host failed to boot: {errors[0]}"
+
+
+@contextlib.contextmanager
+def _polling(name: str, step: Callable[[], None]) -> Iterator[list[BaseException]]:
+    """`step` every POLL_S on a thread of its own, for the block; yields the error that
+    stopped it, if one did (whatever waited on it fails and says so meanwhile)."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        while not stop.wait(POLL_S):
+            try:
+                step()
+            except Exception as err:
+                errors.append(err)
+                return
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        thread.join()
 
 
 def cli(dc: Datacentre, env: Mapping[str, str], *args: str, timeout: float = 1800
@@ -244,12 +547,16 @@ def cli(dc: Datacentre, env: Mapping[str, str], *args: str, timeout: float = 180
 
 
 def publish(dc: Datacentre, state: str) -> Path:
-    """build/e2e/: the engine's state export (every secret in it encrypted), the order of every
-    command hostsim ran (`calls.log`, one JSON line each, stdin never recorded), each host's
-    own log, and the requests the BMCs' stand-in received."""
+    """build/e2e/: the engine's previews (`preview.json` the first, `preview2.json` the one
+    after `up`, `preview-<change>.json` a day-2 change's), its state export (every secret in
+    it encrypted), the order of every command hostsim ran (`calls.log`, one JSON line each,
+    stdin never recorded), each host's own log, and the requests the BMCs' stand-in
+    received."""
     shutil.rmtree(OUT, ignore_errors=True)
     (OUT / "hosts").mkdir(parents=True)
     (OUT / "state.json").write_text(state)
+    for preview in sorted(dc.work.glob("preview*.json")):
+        shutil.copyfile(preview, OUT / preview.name)
     shutil.copyfile(dc.order, OUT / "calls.log")
     for h in dc.hosts.values():
         if h.calls.exists():

@@ -926,6 +926,9 @@ class Sandbox:
     # The management interface's MAC (/sys/class/net/eno1/address); by default the inventory's
     # for a prod GPU node of this name.
     management_mac: str | None = None
+    # Directories of this machine bound over paths of the sandbox (path there -> path here):
+    # state several hosts share, as the simulated data centre's cluster is.
+    shared: Mapping[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root = self.base / "root"
@@ -1192,6 +1195,8 @@ class Sandbox:
             "--dev", "/dev", "--bind", str(self.root / "dev/md"), "/dev/md",
             "--bind", str(self.root / "dev/disk"), "/dev/disk", *self._device_nodes(),
             "--ro-bind", str(self.bin), STUB_BIN, "--bind", str(self.state), STUB_STATE,
+            *(arg for there, here in sorted(self.shared.items())
+              for arg in ("--bind", str(here), there)),
             "--chdir", "/root", "--clearenv",
             "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/root",
             "--setenv", "LANG", "C.UTF-8",

@@ -38,6 +38,9 @@ type hostSpec struct {
 	User           string   `json:"user"`
 	Exec           []string `json:"exec"`
 	CallsLog       string   `json:"callsLog"`
+	// NologinFile: while it exists, logins of any user but root are refused, as pam_nologin
+	// refuses them while /run/nologin exists (`shutdown` writes it; the boot removes it).
+	NologinFile string `json:"nologinFile"`
 }
 
 type spec struct {
@@ -222,6 +225,9 @@ func sshConfig(h hostSpec) (*ssh.ServerConfig, error) {
 			if c.User() != h.User {
 				return nil, fmt.Errorf("user %q is not %q", c.User(), h.User)
 			}
+			if err := nologin(h, c.User()); err != nil {
+				return nil, err
+			}
 			if !keys[string(key.Marshal())] {
 				return nil, fmt.Errorf("key %s is not authorized", ssh.FingerprintSHA256(key))
 			}
@@ -241,11 +247,25 @@ func sshConfig(h hostSpec) (*ssh.ServerConfig, error) {
 			if c.User() != h.User || subtle.ConstantTimeCompare(password, want) != 1 {
 				return nil, errors.New("wrong user or password")
 			}
+			if err := nologin(h, c.User()); err != nil {
+				return nil, err
+			}
 			return nil, nil
 		}
 	}
 	config.AddHostKey(signer)
 	return config, nil
+}
+
+// nologin refuses a login while the host is going down (its nologinFile exists), except root's.
+func nologin(h hostSpec, user string) error {
+	if h.NologinFile == "" || user == "root" {
+		return nil
+	}
+	if msg, err := os.ReadFile(h.NologinFile); err == nil {
+		return fmt.Errorf("logins are refused: %s", bytes.TrimSpace(msg))
+	}
+	return nil
 }
 
 // authorizedKeys reads an OpenSSH authorized_keys file. Key options (from=, command=,
