@@ -303,6 +303,11 @@ def test_the_volumes_and_node_labels_are_in_the_api_server(applied) -> None:
     assert {c["status"]["phase"] for c in claims} == {"Bound"}
     assert {c["spec"]["volumeName"] for c in claims} == planned
     assert any("checkpoint" in name for name in planned)
+    # The Lustre CSI node plugin runs on the GPU nodes, where the volumes are mounted, and on
+    # nothing else (its selector is the role the NodePatches set).
+    pods = api.get("pods", "-n", "lustre-csi-system")["items"]
+    assert sorted(pod["spec"]["nodeName"] for pod in pods) == GPU_NODES
+    assert {pod["status"]["phase"] for pod in pods} == {"Running"}
 
 
 def test_a_second_preview_finds_nothing_to_change(applied) -> None:

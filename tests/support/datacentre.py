@@ -445,12 +445,15 @@ def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
     the control plane's `kubectl apply` recorded (the stack's RBAC) is applied, then
     `forwarded` holds how much of it was."""
     cluster = dc.work / "cluster"
+    (control_plane,) = [r["name"].removesuffix("-kubeadm-init") for r in dc.plan["resources"]
+                        if r["name"].endswith("-kubeadm-init")]
 
     def forward() -> None:
         applied, forwarded = cluster / "applied", cluster / "forwarded"
         for node in sorted((cluster / "nodes").iterdir()):
             if not (cluster / "registered" / node.name).exists():
-                plane.kubectl("apply", "-f", "-", stdin=json.dumps(_node(node.name)))
+                plane.kubectl("apply", "-f", "-", stdin=json.dumps(
+                    _node(node.name, node.name == control_plane)))
                 (cluster / "registered" / node.name).touch()
         size = applied.stat().st_size if applied.exists() else 0
         done = int(forwarded.read_text()) if forwarded.exists() else 0
@@ -465,12 +468,23 @@ def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
     assert not errors, f"the API server refused what the hosts registered: {errors[0]}"
 
 
-def _node(name: str) -> dict[str, Any]:
-    """A joined host's Node object as its kubelet registers it; KWOK manages its status."""
+def _node(name: str, control_plane: bool) -> dict[str, Any]:
+    """A host's Node object as its kubelet registers it (and, on the control plane, as
+    `kubeadm init` marks it: its role label and NoSchedule taint, the stack setting none of its
+    own); KWOK manages its status."""
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64"}
+    spec: dict[str, Any] = {}
+    if control_plane:
+        labels |= {CONTROL_PLANE_ROLE: "", "node.kubernetes.io/exclude-from-external-load-"
+                   "balancers": ""}
+        spec["taints"] = [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]
     return {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
-        "annotations": {"kwok.x-k8s.io/node": "fake"}},
-        "status": {"allocatable": NODE_RESOURCES, "capacity": NODE_RESOURCES}}
+        "name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": spec, "status": {"allocatable": NODE_RESOURCES, "capacity": NODE_RESOURCES}}
+
+
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 
 
 NODE_RESOURCES = {"cpu": "192", "memory": "2Ti", "pods": "110"}
