@@ -27,11 +27,12 @@ from e2e.guard import is_local
 
 
 def certificates(root: Path, addresses: list[str]) -> tuple[Path, Path, Path]:
-    """A CA of the run's own and one server certificate for every BMC address (openssl):
-    (CA certificate, server certificate, server key). Clients trust the CA alone."""
+    """A CA of the run's own and one server certificate for every address (openssl): (CA
+    certificate, server certificate, server key), as ca.crt, server.crt and server.key under
+    `root`. Clients trust the CA alone."""
     root.mkdir(parents=True, exist_ok=True)
-    ca_key, ca, key, csr, cert = (root / n for n in ("ca.key", "ca.crt", "bmc.key", "bmc.csr",
-                                                    "bmc.crt"))
+    ca_key, ca, key, csr, cert = (root / n for n in ("ca.key", "ca.crt", "server.key",
+                                                    "server.csr", "server.crt"))
     ext = root / "san.ext"
     ext.write_text("subjectAltName=" + ",".join(f"IP:{a}" for a in addresses) + "\n")
 
@@ -39,9 +40,9 @@ def certificates(root: Path, addresses: list[str]) -> tuple[Path, Path, Path]:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=120)
 
     run("req", "-x509", "-newkey", "ed25519", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
-        "-days", "2", "-subj", "/CN=e2e BMC CA")
+        "-days", "2", "-subj", "/CN=e2e CA")
     run("req", "-newkey", "ed25519", "-nodes", "-keyout", str(key), "-out", str(csr),
-        "-subj", "/CN=bmc")
+        "-subj", "/CN=server")
     run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
         "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext))
     return ca, cert, key

@@ -194,19 +194,24 @@ def _when(stamp: str) -> datetime:
     return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
 
 
-def _run_of(dc: Datacentre, name: str) -> dict[str, Any]:
-    """hostsim's record of the command the plan's resource `name` sent with a script on stdin
-    (by its host and the exact size of that script)."""
+def _run_of(dc: Datacentre, name: str,
+            calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """hostsim's record (among `calls`, by default all) of the command the plan's resource
+    `name` sent with a script on stdin: by its host and the exact size of that script."""
     (r,) = [r for r in commands(dc.plan) if r["name"] == name]
     host = next(h for h in dc.hosts.values() if h.address == r["inputs"]["connection"]["host"])
     size = len(dc.sent(r["inputs"]["stdin"]).encode())
-    (run,) = [c for c in dc.calls(host.name) if c["stdinBytes"] == size]
+    (run,) = [c for c in (dc.calls(host.name) if calls is None else calls)
+              if c["host"] == host.name and c["stdinBytes"] == size]
     return run
 
 
-def _call(dc: Datacentre, host: str, marker: str) -> dict[str, Any]:
-    """hostsim's record of the one command on `host` whose command line holds `marker`."""
-    (run,) = [c for c in dc.calls(host) if marker in c["command"]]
+def _call(dc: Datacentre, host: str, marker: str,
+          calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """hostsim's record (among `calls`, by default all) of the one command on `host` whose
+    command line holds `marker`."""
+    (run,) = [c for c in (dc.calls(host) if calls is None else calls)
+              if c["host"] == host and marker in c["command"]]
     return run
 
 
@@ -436,37 +441,19 @@ def test_an_upgrade_changes_what_the_offline_preview_said(upgraded) -> None:
 def test_an_upgrade_runs_the_control_plane_first_then_one_node_at_a_time(upgraded) -> None:
     dc, run = upgraded
     calls = run["calls"]
-
-    def one(host: str, marker: str) -> dict[str, Any]:
-        (c,) = [c for c in calls if c["host"] == host and marker in c["command"]]
-        return c
-
-    def script(name: str) -> dict[str, Any]:
-        (r,) = [r for r in commands(dc.plan) if r["name"] == name]
-        host = next(h.name for h in dc.hosts.values()
-                    if h.address == r["inputs"]["connection"]["host"])
-        (c,) = [c for c in calls if c["host"] == host and c["command"] == "sudo bash -s"
-                and c["stdinBytes"] == len(_upgrade_script(dc, name, run))]
-        return c
-
-    control_plane = script(f"{CONTROL_PLANE}-kubernetes-upgrade")
+    # The scripts as the plan now has them, at the new release.
+    control_plane = _run_of(dc, f"{CONTROL_PLANE}-kubernetes-upgrade", calls)
     previous = _when(control_plane["end"])
     for n in GPU_NODES:
-        drain = one(CONTROL_PLANE, f"# Drain of {n} for the Kubernetes upgrade ")
-        upgrade = script(f"{n}-kubernetes-upgrade")
-        uncordon = one(CONTROL_PLANE, f"# Uncordon of {n} after the Kubernetes upgrade ")
+        drain = _call(dc, CONTROL_PLANE, f"# Drain of {n} for the Kubernetes upgrade ", calls)
+        upgrade = _run_of(dc, f"{n}-kubernetes-upgrade", calls)
+        uncordon = _call(dc, CONTROL_PLANE, f"# Uncordon of {n} after the Kubernetes upgrade ",
+                         calls)
         steps = [previous, _when(drain["start"]), _when(drain["end"]),
                  _when(upgrade["start"]), _when(upgrade["end"]), _when(uncordon["start"])]
         assert steps == sorted(steps), n
         previous = _when(uncordon["end"])
     assert all(c["exit"] == 0 for c in calls)
-
-
-def _upgrade_script(dc: Datacentre, name: str, run: dict[str, Any]) -> bytes:
-    """The script the engine sent for `name` after the upgrade: the plan's, at the new version."""
-    plan = json.loads((dc.project / "build" / STACK / "plan.json").read_text())
-    (r,) = [r for r in plan["resources"] if r["name"] == name]
-    return dc.sent(r["inputs"]["stdin"]).encode()
 
 
 def test_after_the_upgrade_every_kubelet_and_the_api_server_run_the_new_release(

@@ -34,8 +34,7 @@ def checks_wait_for_up(args: StackValidationArgs, report: Report) -> None:
 def summary(deferred: list[Deferred], names: dict[str, str]) -> str:
     by_path: dict[str, set[str]] = {}
     for d in deferred:
-        by_path.setdefault(d.path, set()).add(names.get(d.urn or "", "the stack")
-                                              if d.urn else "the stack")
+        by_path.setdefault(d.path, set()).add(names.get(d.urn or "", "the stack"))
     rules = sorted({d.rule for d in deferred})
     parts = []
     for path, resources in sorted(by_path.items()):

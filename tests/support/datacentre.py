@@ -197,6 +197,13 @@ class Datacentre:
         return self.work / "redfish.log"
 
     @property
+    def control_plane(self) -> str:
+        """The host that runs `kubeadm init`."""
+        (host,) = [r["name"].removesuffix("-kubeadm-init") for r in self.plan["resources"]
+                   if r["name"].endswith("-kubeadm-init")]
+        return host
+
+    @property
     def api_endpoint(self) -> str:
         """The control plane's API endpoint, as the stack plans it (`https://<address>:<port>`)."""
         return str(self.plan_outputs["apiEndpoint"])
@@ -283,12 +290,11 @@ def _hosts(dc: Datacentre) -> None:
     that prepares or configures it; the BMC each `<host>-bmc` command reaches."""
     dc.bmcs = {e.urn.rsplit("::", 1)[1].removesuffix("-bmc"): e.address
                for e in endpoints(dc.plan) if e.via == "url"}
-    (init,) = [r["name"].removesuffix("-kubeadm-init") for r in dc.plan["resources"]
-               if r["name"].endswith("-kubeadm-init")]
+    init = dc.control_plane
     cluster = dc.work / "cluster"
     for d in ("nodes", "kubelet", "configmaps", "registered"):
         (cluster / d).mkdir(parents=True, exist_ok=True)
-    ca = _cluster_ca(dc.work / "cluster-ca")
+    ca = _cluster_ca(dc)
     server = dc.api_endpoint
     gpu_nodes = _gpu_nodes(dc)
     for r in dc.plan["resources"]:
@@ -308,17 +314,16 @@ def _hosts(dc: Datacentre) -> None:
                                       dc.work / "calls" / f"{host}.log")
 
 
-def _cluster_ca(where: Path) -> Path:
-    """The cluster's CA certificate (a real one: the stack hashes its public key), made once."""
-    where.mkdir(parents=True, exist_ok=True)
-    cert = where / "ca.crt"
-    if cert.exists():
-        return cert
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(where / "ca.key"),
-                    "-out", str(cert), "-days", "2", "-subj", "/CN=kubernetes"],
-                   check=True, capture_output=True)
-    return cert
+CLUSTER_CA = "cluster-ca"  # under the run's directory: the cluster's CA and the API server's
+
+
+def _cluster_ca(dc: Datacentre) -> Path:
+    """The cluster's CA certificate (a real one: the stack hashes its public key), made once
+    with the API server's serving certificate for the stack's API endpoint."""
+    root = dc.work / CLUSTER_CA
+    if not (root / "ca.crt").exists():
+        certificates(root, [str(urlsplit(dc.api_endpoint).hostname)])
+    return root / "ca.crt"
 
 
 def _join_cluster(sb: Sandbox, cluster: Path, server: str, token: str,
@@ -430,7 +435,8 @@ def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
         pytest.skip("the twin's control plane is not built: run `make k8s-tools`")
     url = urlsplit(dc.api_endpoint)
     assert url.hostname and is_local(url.hostname), f"{dc.api_endpoint} is not on loopback"
-    serving = _serving_cert(dc.work / "cluster-ca", url.hostname)
+    _cluster_ca(dc)
+    serving = (dc.work / CLUSTER_CA / "server.crt", dc.work / CLUSTER_CA / "server.key")
     plane = ControlPlane(BINS[-1], dc.work / "apiserver", address=url.hostname,
                          port=url.port or 443, serving=serving,
                          tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"])
@@ -445,8 +451,7 @@ def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
     the control plane's `kubectl apply` recorded (the stack's RBAC) is applied, then
     `forwarded` holds how much of it was."""
     cluster = dc.work / "cluster"
-    (control_plane,) = [r["name"].removesuffix("-kubeadm-init") for r in dc.plan["resources"]
-                        if r["name"].endswith("-kubeadm-init")]
+    control_plane = dc.control_plane
 
     def forward() -> None:
         applied, forwarded = cluster / "applied", cluster / "forwarded"
@@ -488,21 +493,6 @@ CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 
 
 NODE_RESOURCES = {"cpu": "192", "memory": "2Ti", "pods": "110"}
-
-
-def _serving_cert(ca_dir: Path, address: str) -> tuple[Path, Path]:
-    """kube-apiserver's serving certificate for `address`, signed by the cluster's CA."""
-    key, csr, cert = (ca_dir / f"apiserver.{x}" for x in ("key", "csr", "crt"))
-    ext = ca_dir / "apiserver.ext"
-    ext.write_text(f"subjectAltName=IP:{address},DNS:kubernetes\n")
-    for argv in (["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
-                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(csr),
-                  "-subj", "/CN=kube-apiserver"],
-                 ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_dir / "ca.crt"),
-                  "-CAkey", str(ca_dir / "ca.key"), "-CAcreateserial", "-days", "2",
-                  "-extfile", str(ext), "-out", str(cert)]):
-        subprocess.run(argv, check=True, capture_output=True)
-    return cert, key
 
 
 @contextlib.contextmanager
