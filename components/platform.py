@@ -12,7 +12,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import KustomizeDirectory, apply
-from components.planning.platform import ROLLOUT_READY, Release, rollout_wait_command
+from components.planning.platform import (
+    OPERATOR_KINDS,
+    ROLLOUT_READY,
+    Release,
+    rollout_wait_command,
+)
 from components.remote import remote_command
 
 
@@ -81,8 +86,10 @@ class Platform(pulumi.ComponentResource):
             self.releases[rel.name] = release
             after_release = pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[release, *self.namespaces.values()]))
-            self.objects[rel.name] = [apply(m, after_release)
-                                      for m in args.release_objects.get(rel.name, [])]
+            objects = args.release_objects.get(rel.name, [])
+            operator_kinds = OPERATOR_KINDS.get(rel.name, set())
+            self.objects[rel.name] = [apply(m, after_release) for m in objects
+                                      if (m["apiVersion"], m["kind"]) not in operator_kinds]
             if rel.name in ROLLOUT_READY and args.wait_connection is not None:
                 # A new chart or values (a new driver) re-runs the wait; releases listed after
                 # this one wait for it too (GPU after network operator).
@@ -93,6 +100,10 @@ class Platform(pulumi.ComponentResource):
                     create=rollout_wait_command(rel.name), triggers=[changed],
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[
                         release, *self.objects[rel.name]])))
+            after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=[release, *self.namespaces.values(), *self.objects[rel.name]]))
+            self.objects[rel.name] += [apply(m, after_operator) for m in objects
+                                       if (m["apiVersion"], m["kind"]) in operator_kinds]
         unknown = set(args.release_objects) - set(self.releases)
         if unknown:
             raise ValueError(f"objects for releases that are not installed: {sorted(unknown)}")

@@ -26,15 +26,17 @@ from typing import Any
 from e2e.guard import is_local
 
 
-def certificates(root: Path, addresses: list[str]) -> tuple[Path, Path, Path]:
-    """A CA of the run's own and one server certificate for every address (openssl): (CA
-    certificate, server certificate, server key), as ca.crt, server.crt and server.key under
-    `root`. Clients trust the CA alone."""
+def certificates(root: Path, addresses: list[str], names: list[str] | None = None
+                 ) -> tuple[Path, Path, Path]:
+    """A CA of the run's own and one server certificate for every address and DNS name
+    (openssl): (CA certificate, server certificate, server key), as ca.crt, server.crt and
+    server.key under `root`. Clients trust the CA alone."""
     root.mkdir(parents=True, exist_ok=True)
     ca_key, ca, key, csr, cert = (root / n for n in ("ca.key", "ca.crt", "server.key",
                                                     "server.csr", "server.crt"))
     ext = root / "san.ext"
-    ext.write_text("subjectAltName=" + ",".join(f"IP:{a}" for a in addresses) + "\n")
+    ext.write_text("subjectAltName=" + ",".join(
+        [*(f"IP:{a}" for a in addresses), *(f"DNS:{n}" for n in names or ())]) + "\n")
 
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=120)

@@ -14,5 +14,6 @@ Layout:
   bench.py        scaling benchmark against the SDK floor
   bench_split.py  a split site's parts beside the whole site
   bench_engine.py the real `pulumi preview` beside the offline preview, and where its time goes
+  bench_datacentre.py  the simulated data centre's real `pulumi up`, and where its time goes
   engine.py       where the real engine is, and its environment for a scratch stack
 """

@@ -193,6 +193,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
+    from .bench_datacentre import main as datacentre_main
     from .bench_engine import main as engine_main
     from .bench_split import main as split_main
 
@@ -203,6 +204,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if status == EXIT_OK and not args.synthetic:
         print()
         status = split_main(args)  # each part of a split site beside the whole
+    if status == EXIT_OK and not args.synthetic and args.datacentre is not False:
+        print()
+        status = datacentre_main(args)  # the real `pulumi up` of the simulated data centre
     return status
 
 
@@ -276,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time the real `pulumi preview` (make engine) of prod and of "
                         "--engine-sizes beside the offline preview; default: when the engine "
                         "is built (else one line says why not); --engine fails without it")
+    p.add_argument("--datacentre", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time the real `pulumi up` of the simulated data centre (the "
+                        "e2e's first build); default: when it can run here (root, make engine, "
+                        "make k8s-tools; else one line says why not); --datacentre fails "
+                        "without it")
     p.add_argument("--engine-sizes", default="128",
                    help="GPU node counts of the generated stacks the engine previews, after "
                         "prod (128; '' prod only)")

@@ -4,22 +4,24 @@ host's sandbox, real HTTPS into every BMC's Redfish stand-in, and a real API ser
 stack's API endpoint, all on loopback.
 
 It previews the whole stack with the policy pack (`build/e2e/preview.json`), then applies the
-hardware, fabric, bootstrap and storage layers with `--target`: every host's preparation and
-authorised keys, every BMC's settings, every switch's configuration, the subnet managers
-(standby first), the control plane's `kubeadm init`, and for each GPU node its reboot check,
-drain, reboot (the host goes down, refuses logins, boots with the kernel arguments the
+hardware, fabric, bootstrap, storage and platform layers with `--target`: every host's
+preparation and authorised keys, every BMC's settings, every switch's configuration, the subnet
+managers (standby first), the control plane's `kubeadm init`, and for each GPU node its reboot
+check, drain, reboot (the host goes down, refuses logins, boots with the kernel arguments the
 preparation staged), the check after the boot, its join token, its join and the wait for its
 Node, and the Kubernetes upgrade chain; the Nodes' placement labels, the volumes and their
-claims in the API server. A second preview of those layers finds nothing to change
-(`build/e2e/preview2.json`). Then four day-2 changes go through the engine, each changing what
-the offline preview of it lists: a Kubernetes patch upgrade (control plane first, then one
-node at a time), a new switch password, a replaced HCA and an added node. Last, `pulumi
-destroy` is refused by the protected checkpoint volumes and deletes nothing. The platform and
-workload layers are left out until the API server runs what their objects need
-(docs/testing.md)."""
+claims, the Helm releases from the chart archives and every platform object in the API server.
+A second preview of those layers finds nothing to change (`build/e2e/preview2.json`). Then four
+day-2 changes go through the engine, each changing what the offline preview of it lists: a
+Kubernetes patch upgrade (control plane first, then one node at a time), a new switch password,
+a replaced HCA and an added node. Last, `pulumi destroy` is refused by the protected checkpoint
+volumes and deletes nothing. The workload layer is left out until its gate and setup reach the
+API server (docs/testing.md)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import secrets
@@ -50,6 +52,7 @@ from support.sandbox import unavailable
 from components.planning import host_scripts
 from e2e.keys import keygen
 from e2e.stack import STACK
+from offline.bench_datacentre import by_type, step_durations
 
 ENGINE = pulumi_bin()
 pytestmark = [
@@ -64,13 +67,14 @@ pytestmark = [
                        reason="the simulated hosts listen on port 22 of their addresses"),
 ]
 LAYERS = ("gpucluster:hardware:Hardware", "gpucluster:fabric:InfinibandFabric",
-          "gpucluster:bootstrap:KubeadmCluster", "gpucluster:storage:Storage")
+          "gpucluster:bootstrap:KubeadmCluster", "gpucluster:storage:Storage",
+          "gpucluster:platform:Platform")
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
 CONTROL_PLANE = "mgmt-01"
 
 
 def layers(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The resources of the hardware, fabric, bootstrap and storage layers."""
+    """The resources of the layers `pulumi up` applies (LAYERS)."""
     parents = {r["urn"]: r.get("parent") for r in plan["resources"]}
     types = {r["urn"]: r["type"] for r in plan["resources"]}
 
@@ -90,9 +94,8 @@ def commands(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def targets(plan: dict[str, Any]) -> list[str]:
-    """Those layers and what they need: the Namespaces the volume claims live in, the
-    components the engine registers them in (a component only groups: its other children are
-    left unmade)."""
+    """Those layers and what they need: the components the engine registers them in (a
+    component only groups: its other children are left unmade)."""
     by_urn = {r["urn"]: r for r in plan["resources"]}
     keep: set[str] = set()
     todo = [r["urn"] for r in layers(plan)]
@@ -134,8 +137,10 @@ def _first_up(dc: Datacentre) -> dict[str, Any]:
                       "policies", "--stack", STACK)
         assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
         (dc.work / "preview.json").write_text(preview.stdout)
-        up = cli(dc, env, "pulumi", "up", "--yes", "--non-interactive", "--skip-preview",
-                 "--stack", STACK, *target)
+        # Its engine events for `make bench` (--event-log is a debug command's flag).
+        up = cli(dc, env | {"PULUMI_DEBUG_COMMANDS": "true"}, "pulumi", "up", "--yes",
+                 "--non-interactive", "--skip-preview", "--stack", STACK,
+                 "--event-log", str(dc.events), *target)
         assert up.returncode == 0, up.stdout[-8000:] + up.stderr[-3000:]
         again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--diff", "--json",
                     "--stack", STACK, *target)
@@ -315,6 +320,89 @@ def test_the_volumes_and_node_labels_are_in_the_api_server(applied) -> None:
     assert {pod["status"]["phase"] for pod in pods} == {"Running"}
 
 
+def _objects(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Kubernetes objects those layers create whole (not patches, releases or providers),
+    as `kubectl get -f` reads them: kind, API version, name and namespace."""
+    out = []
+    for r in layers(plan):
+        manifest = r["inputs"]
+        if not r["type"].startswith("kubernetes:") or r["type"].endswith("Patch") \
+                or "kind" not in manifest or r["type"] == RELEASE:
+            continue
+        meta = {k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace")}
+        out.append({"apiVersion": manifest["apiVersion"], "kind": manifest["kind"],
+                    "metadata": meta})
+    return out
+
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def test_every_kubernetes_object_of_the_plan_is_in_the_api_server(applied) -> None:
+    dc, runs = applied
+    planned = _objects(dc.plan)
+    assert {o["kind"] for o in planned} >= {"Namespace", "NicClusterPolicy",
+                                            "IPPool", "IPAddressPool", "ClusterIssuer",
+                                            "PersistentVolumeClaim", "PriorityClass"}
+    found = runs["api"].kubectl("get", "-f", "-", "-o", "json", check=False,
+                                stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                  "items": planned}))
+    assert found.returncode == 0, found.stderr[-3000:]
+    got = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+           for o in json.loads(found.stdout)["items"]}
+    assert got == {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+                   for o in planned}
+
+
+def _helm_release(api: Any, name: str, namespace: str) -> dict[str, Any]:
+    """What Helm recorded of a release's newest revision (its Secret: base64 of gzipped JSON)."""
+    secrets_ = api.get("secrets", "-n", namespace, "-l", f"owner=helm,name={name}")["items"]
+    newest = max(secrets_, key=lambda s: int(s["metadata"]["labels"]["version"]))
+    data = base64.b64decode(base64.b64decode(newest["data"]["release"]))
+    return json.loads(gzip.decompress(data)) | {"status": newest["metadata"]["labels"]["status"]}
+
+
+def test_every_chart_runs_at_its_pinned_version_with_the_stacks_values(applied) -> None:
+    dc, runs = applied
+    releases = [r["inputs"] for r in layers(dc.plan) if r["type"] == RELEASE]
+    assert len(releases) == 9
+    for r in releases:
+        helm = _helm_release(runs["api"], r["name"], r["namespace"])
+        assert helm["status"] == "deployed", r["name"]
+        # The archive under ../shared/upstream/charts, packaged from the chart's tag.
+        assert helm["chart"]["metadata"]["version"] == r["version"], r["name"]
+        assert helm["config"] == r["values"], r["name"]
+    # Every pod the charts made, placed by the real scheduler with the stack's placement
+    # values (control-plane selectors and tolerations, node agents on the nodes they need).
+    pods = runs["api"].get("pods", "-A")["items"]
+    unplaced = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                if not p["spec"].get("nodeName")]
+    assert pods and not unplaced, unplaced
+
+
+def test_the_charts_webhooks_admit_the_stacks_objects(applied) -> None:
+    dc, _ = applied
+    # What a validating webhook of the chart that owns the kind is asked on hardware (each
+    # chart's webhook configuration names its Service): here the admission stand-in answers.
+    reviews = {(r["service"], r["kind"], r["name"]) for r in map(
+        json.loads, dc.admission_log.read_text().splitlines()) if r["operation"] == "CREATE"}
+    owners = {"metallb.io": "metallb-webhook-service.metallb-system.svc:443",
+              "cert-manager.io": "cert-manager-webhook.cert-manager.svc:443"}
+    checked = [(owners[o["apiVersion"].split("/")[0]], o["kind"], o["metadata"]["name"])
+               for o in _objects(dc.plan) if o["apiVersion"].split("/")[0] in owners]
+    assert checked and set(checked) <= reviews
+
+
+def test_ip_pools_are_created_once_the_network_operator_is_ready(applied) -> None:
+    dc, runs = applied
+    # The operator installs the IPPool CRD as it reconciles the NicClusterPolicy (nv-ipam
+    # state): the stack creates its pools after its wait for the operator's rollout.
+    wait = _call(dc, CONTROL_PLANE, "wait nicclusterpolicies.mellanox.com/nic-cluster-policy")
+    for pool in runs["api"].get("ippools.nv-ipam.nvidia.com", "-A")["items"]:
+        created = datetime.fromisoformat(pool["metadata"]["creationTimestamp"])
+        assert _when(wait["end"]).replace(microsecond=0) <= created, pool["metadata"]["name"]
+
+
 def test_a_second_preview_finds_nothing_to_change(applied) -> None:
     dc, runs = applied
     summary = runs["preview2"]["changeSummary"]
@@ -336,6 +424,16 @@ def test_the_state_is_the_real_engines_with_every_secret_encrypted(applied) -> N
     text = json.dumps(runs["state"])
     for value in (*dc.secrets.values(), dc.stack_token):
         assert value.strip() not in text
+
+
+def test_the_bench_finds_every_step_of_the_up_in_the_engines_events(applied) -> None:
+    dc, _ = applied
+    # What `make bench` reports of the up (offline/bench_datacentre.py), from its event log.
+    events = [json.loads(x) for x in dc.events.read_text().splitlines()]
+    rows = {r["type"]: r for r in by_type(step_durations(events))}
+    assert rows[RELEASE]["steps"] == 9
+    assert rows["command:remote:Command"]["steps"] == len(remote(dc.plan))
+    assert not any(kind.startswith("gpucluster:") for kind in rows)
 
 
 def test_build_e2e_holds_the_state_and_every_command_in_order(applied) -> None:

@@ -554,3 +554,18 @@ def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> Non
             "nvcr.io/nvidia/mellanox", "network-operator-v26.7.0")
     runbook = (project / "build/prod/runbook.txt").read_text()
     assert "upgrade network-operator first" in runbook
+
+
+def test_ip_pools_wait_for_the_network_operator(build: Path) -> None:
+    """The IPPool CRD is not in the network operator's chart: the operator installs it when it
+    reconciles the NicClusterPolicy's nvIpam state (manifests/state-nv-ipam-cni). A pool
+    created right after the release is refused ("no matches for kind"), so `pulumi up` creates
+    it only after the wait for the operator's rollout."""
+    plan = json.loads((build / "plan.json").read_text())
+    by_name = {r["name"]: r for r in plan["resources"]}
+    rollout = by_name["network-operator-rollout"]
+    pools = [r for r in plan["resources"] if r["type"].endswith(":IPPool")]
+    assert pools
+    for pool in pools:
+        assert rollout["urn"] in pool["options"]["dependsOn"], pool["name"]
+        assert pool["urn"] not in rollout["options"]["dependsOn"]

@@ -92,13 +92,21 @@ def test_every_action_is_pinned_by_commit_and_checkouts_keep_no_token() -> None:
         assert "--require-hashes" in line.split(), (name, line)
 
 
-def test_the_cli_is_pinned_to_the_sdk_version() -> None:
+def test_the_cli_is_the_one_the_end_to_end_run_proves() -> None:
+    """The workflows run the CLI release `make engine` builds and `make e2e` runs `pulumi up`
+    with, at or above the SDK (an older CLI refuses a newer SDK's programs)."""
     sdk = re.search(r"^pulumi==([^\s\\]+)", (REPO / "requirements.txt").read_text(), re.M)
-    assert sdk
+    engine = re.search(r'^PULUMI_VERSION="\$\{PULUMI_VERSION:-([^}]+)\}"',
+                       (REPO / "tools/engine/build.sh").read_text(), re.M)
+    assert sdk and engine
     pins = [step["with"]["pulumi-version"] for wf in WORKFLOWS.values()
             for job in wf["jobs"].values() for step in job["steps"]
             if "pulumi-version" in (step.get("with") or {})]
-    assert pins and set(pins) == {sdk.group(1)}
+    assert pins and set(pins) == {engine.group(1)}
+
+    def release(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    assert release(engine.group(1)) >= release(sdk.group(1))
 
 
 def test_the_pr_is_judged_by_the_base_branchs_pack() -> None:

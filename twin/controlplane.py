@@ -64,7 +64,8 @@ class ControlPlane:
                  kwok_stages: str | None = None, admission_config: Path | None = None,
                  authentication_config: Path | None = None, address: str = "127.0.0.1",
                  port: int | None = None, serving: tuple[Path, Path] | None = None,
-                 tokens: Sequence[str] = ()) -> None:
+                 tokens: Sequence[str] = (), pod_cidr: str | None = None,
+                 apiserver_env: Mapping[str, str] | None = None) -> None:
         self.bin = bin_dir
         self.work = work
         self.service_cidr = service_cidr
@@ -78,6 +79,11 @@ class ControlPlane:
         self.fixed_port = port
         self.serving = serving
         self.tokens = tuple(tokens)
+        # The addresses KWOK gives pods (None: KWOK's default, 10.0.0.1/24). The API server
+        # dials a Service's pod addresses (webhooks, aggregated APIs), so where pods run no
+        # process these must be addresses that lead nowhere off this machine.
+        self.pod_cidr = pod_cidr
+        self.apiserver_env = dict(apiserver_env or {})  # e.g. the proxy it reaches webhooks by
         self._on_stop: list[Callable[[], None]] = []
         self.port = 0  # kube-apiserver's, once it listens
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -209,7 +215,7 @@ class ControlPlane:
               if self.admission_config else []),
             *([f"--authentication-config={self.authentication_config}"]
               if self.authentication_config else [])],
-            host=self.address, fixed=self.fixed_port)
+            host=self.address, fixed=self.fixed_port, env=self.apiserver_env)
         self.kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "twin",
             "clusters": [{"name": "twin", "cluster": {"server": self.server,
@@ -241,7 +247,8 @@ class ControlPlane:
         self.spawn("kwok", [*kwok_config,
             f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40"])
+            "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
+            *([f"--cidr={self.pod_cidr}"] if self.pod_cidr else [])])
         self.wait_for_service_account("default")
 
     def stop(self) -> None:

@@ -160,6 +160,10 @@ ROLLOUT_READY = {
     "gpu-operator": "clusterpolicies.nvidia.com/cluster-policy",
 }
 ROLLOUT_TIMEOUT = "120m"
+# Kinds whose CRD an operator installs as it reconciles its policy, not its chart: objects of
+# these kinds are created once the operator reports ready (the network operator's nv-ipam state
+# ships the IPPool CRD, manifests/state-nv-ipam-cni/005-nv-ipam.nvidia.com_ippools.yaml).
+OPERATOR_KINDS = {"network-operator": {("nv-ipam.nvidia.com/v1alpha1", "IPPool")}}
 
 
 def rollout_wait_command(release: str) -> str:

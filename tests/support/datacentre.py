@@ -10,6 +10,7 @@ stand-in refuse any address outside 127.0.0.0/8 themselves."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -29,6 +30,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from components.planning.platform import ROLLOUT_READY
+from e2e import admission
 from e2e.guard import endpoints, is_local, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates
@@ -39,8 +42,10 @@ from support.project import REPO, copy_repo, run_offline
 from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
 from support.twin import BINS
 from twin.controlplane import ControlPlane
+from twin.operators import TO_NS
 
 CHARTS = REPO.parent / "shared" / "upstream" / "charts"
+REF = REPO.parent / "shared" / "ref"  # upstream CRDs
 OUT = REPO / "build" / "e2e"  # what `make e2e` leaves for a reader (and CI's artifacts)
 USER = "ubuntu"
 POLL_S = 0.2  # how often the power-cycle watcher looks for a scheduled shutdown
@@ -135,6 +140,21 @@ create=0 node=''
 for a in "$@"; do
   case "$a" in --for=create) create=1 ;; node/*) node=${a#node/} ;; esac
 done
+# `wait <policy> --for=jsonpath=...=ready`: until the operator reports it ready (ready/<policy>)
+case " $* " in
+  *" --for=jsonpath="*)
+    for a in "$@"; do
+      case "$a" in */*) [ "${a%%/*}" = node ] || policy=${a//\//_} ;; esac
+    done ;;
+esac
+if [ -n "${policy-}" ]; then
+  for _ in $(seq 600); do
+    [ -e "$C/ready/$policy" ] && { echo "${policy/_//} condition met"; exit 0; }
+    /usr/bin/sleep 0.1
+  done
+  echo "error: timed out waiting for the condition on ${policy/_//}" >&2
+  exit 1
+fi
 if [ "$create" = 1 ] && [ -n "$node" ]; then
   for _ in $(seq 600); do
     [ -e "$C/registered/$node" ] && { echo "node/$node condition met"; exit 0; }
@@ -195,6 +215,20 @@ class Datacentre:
     @property
     def redfish_log(self) -> Path:
         return self.work / "redfish.log"
+
+    @property
+    def admission_log(self) -> Path:
+        return self.work / "admission.log"
+
+    @property
+    def timings(self) -> Path:
+        """One JSON line per CLI run: its arguments, exit status and wall seconds."""
+        return self.work / "timings.jsonl"
+
+    @property
+    def events(self) -> Path:
+        """The first `pulumi up`'s engine events (`--event-log`)."""
+        return self.work / "events-up.jsonl"
 
     @property
     def control_plane(self) -> str:
@@ -437,11 +471,25 @@ def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
     assert url.hostname and is_local(url.hostname), f"{dc.api_endpoint} is not on loopback"
     _cluster_ca(dc)
     serving = (dc.work / CLUSTER_CA / "server.crt", dc.work / CLUSTER_CA / "server.key")
-    plane = ControlPlane(BINS[-1], dc.work / "apiserver", address=url.hostname,
-                         port=url.port or 443, serving=serving,
-                         tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"])
-    with plane, _bridge(dc, plane):
-        yield plane
+    # The charts' webhooks, answered by the admission stand-in, which the API server reaches
+    # as its proxy (loopback, etcd's address included, is never proxied).
+    namespaces = sorted({r["inputs"]["namespace"] for r in dc.plan["resources"]
+                         if r["type"] == "kubernetes:helm.sh/v3:Release"} | {TO_NS})
+    with admission.serving("127.0.0.1", namespaces, dc.work / "admission",
+                           dc.admission_log) as (proxy, ca):
+        plane = ControlPlane(BINS[-1], dc.work / "apiserver", address=url.hostname,
+                             port=url.port or 443, serving=serving,
+                             tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"],
+                             pod_cidr=POD_CIDR, apiserver_env={
+                                 "HTTPS_PROXY": proxy, "NO_PROXY": "127.0.0.0/8,localhost",
+                                 "SSL_CERT_FILE": str(ca)})
+        with plane, _bridge(dc, plane), _operators(dc, plane), _load_balancers(plane):
+            yield plane
+
+
+# The pods' addresses: loopback, so whatever dials a pod (that runs no process) stays on this
+# machine; a Service's endpoints cannot be loopback, so nothing is routed to them either.
+POD_CIDR = "127.79.0.1/16"
 
 
 @contextlib.contextmanager
@@ -471,6 +519,88 @@ def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
     with _polling("api-bridge", forward) as errors:
         yield
     assert not errors, f"the API server refused what the hosts registered: {errors[0]}"
+
+
+@contextlib.contextmanager
+def _operators(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
+    """Stand-ins for the network and GPU operators' reconcilers (they run in pods): each policy
+    the stack waits for is reported `ready` in its status, the network operator's only after
+    its nv-ipam state installed the IPPool CRD (the one of the operator's release tag, from
+    ../shared/ref), and `ready/<policy>` tells the control plane's `kubectl wait`."""
+    release = {r["name"]: r["inputs"] for r in dc.plan["resources"]
+               if r["type"] == "kubernetes:helm.sh/v3:Release"}
+    tag = f"network-operator-v{release['network-operator']['version']}"
+    ippool_crd = REF / "nvidia-k8s-ipam" / tag / "crd" / "nv-ipam.nvidia.com_ippools.yaml"
+    ready = dc.work / "cluster" / "ready"
+    ready.mkdir(exist_ok=True)
+
+    def reconcile() -> None:
+        for name, policy in ROLLOUT_READY.items():
+            if name not in release or (ready / policy.replace("/", "_")).exists():
+                continue
+            found = plane.kubectl("get", policy, "-o", "json", check=False)
+            if found.returncode != 0:
+                continue
+            if name == "network-operator" and json.loads(found.stdout)["spec"].get("nvIpam"):
+                plane.kubectl("apply", "--server-side", "-f", str(ippool_crd))
+                plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                              "crd/ippools.nv-ipam.nvidia.com")
+            plane.kubectl("patch", policy, "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": {"state": "ready"}}))
+            (ready / policy.replace("/", "_")).touch()
+
+    with _polling("operators", reconcile) as errors:
+        yield
+    assert not errors, f"an operator stand-in failed: {errors[0]}"
+
+
+@contextlib.contextmanager
+def _load_balancers(plane: ControlPlane) -> Iterator[None]:
+    """Stand-in for MetalLB's controller (it runs in a pod, so nothing runs it here): a
+    LoadBalancer Service gets the first free address of the IPAddressPool its
+    `metallb.io/address-pool` annotation names, in its status, as MetalLB assigns it."""
+    def assign() -> None:
+        services = [s for s in plane.get("services", "--all-namespaces")["items"]
+                    if s["spec"].get("type") == "LoadBalancer"]
+        taken = {i["ip"] for s in services
+                 for i in s.get("status", {}).get("loadBalancer", {}).get("ingress") or []}
+        for svc in services:
+            if svc.get("status", {}).get("loadBalancer", {}).get("ingress"):
+                continue
+            pool = (svc["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
+            found = plane.kubectl("get", "ipaddresspools.metallb.io", pool or "", "-n",
+                                  METALLB_NS, "-o", "json", check=False)
+            if pool is None or found.returncode != 0:
+                continue  # MetalLB leaves it pending too
+            free = [a for a in _addresses(json.loads(found.stdout)) if a not in taken]
+            if not free:
+                continue
+            taken.add(free[0])
+            status = {"status": {"loadBalancer": {"ingress": [{"ip": free[0],
+                                                               "ipMode": "VIP"}]}}}
+            plane.kubectl("patch", "service", svc["metadata"]["name"], "-n",
+                          svc["metadata"]["namespace"], "--subresource=status",
+                          "--type=merge", "-p", json.dumps(status))
+
+    with _polling("load-balancers", assign) as errors:
+        yield
+    assert not errors, f"the load-balancer stand-in failed: {errors[0]}"
+
+
+POOL_ANNOTATION = "metallb.io/address-pool"
+METALLB_NS = "metallb-system"
+
+
+def _addresses(pool: dict[str, Any]) -> list[str]:
+    """A pool's addresses in order: CIDRs and `first-last` ranges, as MetalLB reads them."""
+    out: list[str] = []
+    for spec in pool["spec"]["addresses"]:
+        if "-" in spec:
+            first, last = (ipaddress.ip_address(a.strip()) for a in spec.split("-"))
+            out += [str(ipaddress.ip_address(i)) for i in range(int(first), int(last) + 1)]
+        else:
+            out += [str(a) for a in ipaddress.ip_network(spec, strict=False)]
+    return out
 
 
 def _node(name: str, control_plane: bool) -> dict[str, Any]:
@@ -543,10 +673,13 @@ def cli(dc: Datacentre, env: Mapping[str, str], *args: str, timeout: float = 180
     started = time.monotonic()
     done = subprocess.run(args, cwd=dc.project, env=dict(env), capture_output=True, text=True,
                           timeout=timeout)
+    seconds = time.monotonic() - started
     with (dc.work / "cli.log").open("a") as f:
         f.write(f"$ {' '.join(args)}  # exit {done.returncode} in "
-                f"{time.monotonic() - started:.1f}s\n{done.stdout[-20000:]}\n"
-                f"{done.stderr[-20000:]}\n")
+                f"{seconds:.1f}s\n{done.stdout[-20000:]}\n{done.stderr[-20000:]}\n")
+    with dc.timings.open("a") as f:  # what `make bench` reports of the run
+        f.write(json.dumps({"args": list(args), "exit": done.returncode,
+                            "seconds": round(seconds, 3)}) + "\n")
     return done
 
 
@@ -554,8 +687,8 @@ def publish(dc: Datacentre, state: str) -> Path:
     """build/e2e/: the engine's previews (`preview.json` the first, `preview2.json` the one
     after `up`, `preview-<change>.json` a day-2 change's), its state export (every secret in
     it encrypted), the order of every command hostsim ran (`calls.log`, one JSON line each,
-    stdin never recorded), each host's own log, and the requests the BMCs' stand-in
-    received."""
+    stdin never recorded), each host's own log, the requests the BMCs' and the webhooks'
+    stand-ins received, each CLI run's seconds and the first `up`'s engine events."""
     shutil.rmtree(OUT, ignore_errors=True)
     (OUT / "hosts").mkdir(parents=True)
     (OUT / "state.json").write_text(state)
@@ -565,6 +698,7 @@ def publish(dc: Datacentre, state: str) -> Path:
     for h in dc.hosts.values():
         if h.calls.exists():
             shutil.copyfile(h.calls, OUT / "hosts" / f"{h.name}.log")
-    if dc.redfish_log.exists():
-        shutil.copyfile(dc.redfish_log, OUT / "redfish.log")
+    for log in (dc.redfish_log, dc.admission_log, dc.timings, dc.events):
+        if log.exists():
+            shutil.copyfile(log, OUT / log.name)
     return OUT
