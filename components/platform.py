@@ -65,45 +65,7 @@ class Platform(pulumi.ComponentResource):
             missing = [d for d in rel.after if d not in self.releases]
             if missing:
                 raise ValueError(f"release {rel.name} is listed before {', '.join(missing)}")
-            deps: list[pulumi.Resource] = [*self.namespaces.values()]
-            for d in rel.after:
-                deps += [self.releases[d], *self.objects.get(d, [])]
-            ref = rel.ref
-            release = k8s.helm.v3.Release(
-                rel.name,
-                name=rel.name,
-                chart=ref.chart,
-                version=rel.chart.version,
-                repository_opts=None if ref.repo is None else k8s.helm.v3.RepositoryOptsArgs(
-                    repo=ref.repo),
-                namespace=rel.chart.namespace,
-                create_namespace=True,
-                atomic=True,
-                timeout=900,
-                values=dict(rel.values),
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=deps)),
-            )
-            self.releases[rel.name] = release
-            after_release = pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[release, *self.namespaces.values()]))
-            objects = args.release_objects.get(rel.name, [])
-            operator_kinds = OPERATOR_KINDS.get(rel.name, set())
-            self.objects[rel.name] = [apply(m, after_release) for m in objects
-                                      if (m["apiVersion"], m["kind"]) not in operator_kinds]
-            if rel.name in ROLLOUT_READY and args.wait_connection is not None:
-                # A new chart or values (a new driver) re-runs the wait; releases listed after
-                # this one wait for it too (GPU after network operator).
-                changed = hashlib.sha256(json.dumps(
-                    [rel.chart.version, rel.values], sort_keys=True).encode()).hexdigest()[:16]
-                self.objects[rel.name].append(remote_command(
-                    f"{rel.name}-rollout", connection=args.wait_connection,
-                    create=rollout_wait_command(rel.name), triggers=[changed],
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                        release, *self.objects[rel.name]])))
-            after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                depends_on=[release, *self.namespaces.values(), *self.objects[rel.name]]))
-            self.objects[rel.name] += [apply(m, after_operator) for m in objects
-                                       if (m["apiVersion"], m["kind"]) in operator_kinds]
+            self._install(rel, args, child)
         unknown = set(args.release_objects) - set(self.releases)
         if unknown:
             raise ValueError(f"objects for releases that are not installed: {sorted(unknown)}")
@@ -122,3 +84,46 @@ class Platform(pulumi.ComponentResource):
                 depends_on=[self.releases["volcano"]])),
         )
         self.register_outputs({"releases": list(self.releases)})
+
+    def _install(self, rel: Release, args: PlatformArgs, child: pulumi.ResourceOptions) -> None:
+        """One chart: its release after the releases it names, its objects after it, the
+        wait for its operator's rollout, and the objects whose CRD the operator installs."""
+        deps: list[pulumi.Resource] = [*self.namespaces.values()]
+        for d in rel.after:
+            deps += [self.releases[d], *self.objects.get(d, [])]
+        ref = rel.ref
+        release = k8s.helm.v3.Release(
+            rel.name,
+            name=rel.name,
+            chart=ref.chart,
+            version=rel.chart.version,
+            repository_opts=None if ref.repo is None else k8s.helm.v3.RepositoryOptsArgs(
+                repo=ref.repo),
+            namespace=rel.chart.namespace,
+            create_namespace=True,
+            atomic=True,
+            timeout=900,
+            values=dict(rel.values),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=deps)),
+        )
+        self.releases[rel.name] = release
+        after_release = pulumi.ResourceOptions.merge(
+            child, pulumi.ResourceOptions(depends_on=[release, *self.namespaces.values()]))
+        objects = args.release_objects.get(rel.name, [])
+        operator_kinds = OPERATOR_KINDS.get(rel.name, set())
+        self.objects[rel.name] = [apply(m, after_release) for m in objects
+                                  if (m["apiVersion"], m["kind"]) not in operator_kinds]
+        if rel.name in ROLLOUT_READY and args.wait_connection is not None:
+            # A new chart or values (a new driver) re-runs the wait; releases listed after
+            # this one wait for it too (GPU after network operator).
+            changed = hashlib.sha256(json.dumps(
+                [rel.chart.version, rel.values], sort_keys=True).encode()).hexdigest()[:16]
+            self.objects[rel.name].append(remote_command(
+                f"{rel.name}-rollout", connection=args.wait_connection,
+                create=rollout_wait_command(rel.name), triggers=[changed],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                    release, *self.objects[rel.name]])))
+        after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+            depends_on=[release, *self.namespaces.values(), *self.objects[rel.name]]))
+        self.objects[rel.name] += [apply(m, after_operator) for m in objects
+                                   if (m["apiVersion"], m["kind"]) in operator_kinds]
