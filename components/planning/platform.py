@@ -786,6 +786,18 @@ resources:
       - op: add
         path: /spec/template/spec/priorityClassName
         value: system-cluster-critical
+  # The operator's certificate rotator fills this Secret. kustomize's secretGenerator gives it
+  # `data: {{}}`, which the API server drops, and the kubernetes provider replaces a Secret whose
+  # data differs from what it applied: every `pulumi up` would delete the operator's webhook
+  # certificates. Without the empty map the stack owns only the Secret's existence.
+  - target:
+      version: v1
+      kind: Secret
+      name: training-operator-webhook-cert
+      namespace: kubeflow
+    patch: |-
+      - op: remove
+        path: /data
 """
 
 
