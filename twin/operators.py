@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,11 +165,20 @@ def start_volcano(cp: ControlPlane, module: Path, scheduler_conf: str, address: 
                 f"--webhook-service-name={ADMISSION_SERVICE}",
                 f"--listen-address={address}", f"--port={port}", "-v=2"]
     cp.spawn_listening("vc-webhook-manager", webhook, host=address)
-    # The controllers and the scheduler serve metrics and health checks only when asked
-    # (--enable-metrics, --enable-healthz): they listen on no port.
+    start_volcano_controllers(cp, args["volcano-controllers"], scheduler_conf)
+
+
+def start_volcano_controllers(cp: ControlPlane, controller_args: Sequence[str],
+                              scheduler_conf: str) -> None:
+    """vc-controller-manager with the release's controller flags, and vc-scheduler with the
+    scheduler configuration the stack renders. They serve metrics and health checks only
+    when asked (--enable-metrics, --enable-healthz): they listen on no port."""
+    kubeconfig = f"--kubeconfig={cp.kubeconfig}"
     cp.spawn("vc-controller-manager", [
         kubeconfig, "--leader-elect=false",
-        *_keep(args["volcano-controllers"], "--sharding-configmap", "--worker-threads"), "-v=2"])
+        *_keep(controller_args, "--sharding-configmap", "--worker-threads"), "-v=2"])
+    work = cp.work / "volcano"
+    work.mkdir(exist_ok=True)
     conf = work / "volcano-scheduler.conf"
     conf.write_text(scheduler_conf)
     cp.spawn("vc-scheduler", [
@@ -193,9 +202,11 @@ def operator_args(objects: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def start_training_operator(cp: ControlPlane, objects: Sequence[Mapping[str, Any]],
-                            address: str) -> None:
+                            address: str, expose: Callable[[int], None] | None = None) -> None:
     """The operator with the stack's flags; its certificate rotator writes the webhook secret,
-    which is copied to the directory a pod would mount it at (the kubelet's part)."""
+    which is copied to the directory a pod would mount it at (the kubelet's part). `expose`
+    makes its webhook's port the one the API server reaches (by default: its Service's
+    endpoint on `address`)."""
     flags = [a for a in operator_args(objects)
              if not a.startswith(("--metrics-bind-address", "--health-probe-bind-address",
                                   "--webhook-server-port", "--leader-elect"))]
@@ -206,7 +217,10 @@ def start_training_operator(cp: ControlPlane, objects: Sequence[Mapping[str, Any
     threading.Thread(target=_mount_secret, args=(cp, stop), daemon=True).start()
 
     def operator(port: int) -> list[str]:
-        route_service(cp, TO_NS, TO_SERVICE, port, address)
+        if expose is None:
+            route_service(cp, TO_NS, TO_SERVICE, port, address)
+        else:
+            expose(port)
         # "0": no metrics or health endpoint (unused here), so no port to lose.
         return [f"--kubeconfig={cp.kubeconfig}", *flags, "--leader-elect=false",
                 "--metrics-bind-address=0", "--health-probe-bind-address=0",

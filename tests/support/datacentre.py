@@ -3,6 +3,7 @@ cluster on loopback, e2e/stack.py) in a copy of the project, one hostsim host pe
 address (its root a sandbox with the recording stand-ins of tests/support/sandbox.py: DGX H100
 drives and HCAs on the GPU nodes, a `cli` on the switches), the Redfish stand-in on every BMC
 address, and the engine's environment (a file backend, the stack's secrets, the run's CA).
+Its API server and what runs on it: support/cluster_api.py.
 
 Nothing is dialled before e2e/guard.py has passed the stack's plan, and hostsim and the Redfish
 stand-in refuse any address outside 127.0.0.0/8 themselves."""
@@ -10,7 +11,6 @@ stand-in refuse any address outside 127.0.0.0/8 themselves."""
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 import re
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,9 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from components.planning.platform import ROLLOUT_READY
-from e2e import admission
-from e2e.guard import endpoints, is_local, outside
+from e2e.guard import endpoints, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates
 from e2e.stack import CLUSTER_KEY, STACK, Keys, e2e_inventory, e2e_stack
@@ -40,9 +39,6 @@ from support.engine import local_env
 from support.hostsim import go_missing, serve, serving
 from support.project import REPO, copy_repo, run_offline
 from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
-from support.twin import BINS
-from twin.controlplane import ControlPlane
-from twin.operators import TO_NS
 
 CHARTS = REPO.parent / "shared" / "upstream" / "charts"
 REF = REPO.parent / "shared" / "ref"  # upstream CRDs
@@ -136,6 +132,37 @@ esac
 KUBECTL = r"""#!/bin/bash
 # Stand-in: kubectl of the simulated data centre's control plane.
 C=/stub/state/cluster
+# A call about a namespace's own objects (the workloads' jobs, pods, logs and Secrets; not
+# kube-system's, not across namespaces) is the API server's to answer: the bridge runs it
+# there with the call's arguments (requests/<id>.args) and stdin where it reads one, and hands
+# back what kubectl said (responses/<id>.out, .err, .rc).
+ns='' prev='' across=0 reads=0
+for a in "$@"; do
+  case "$prev" in -n|--namespace) ns=$a ;; esac
+  case "$a" in
+    --namespace=*) ns=${a#*=} ;;
+    -A|--all-namespaces) across=1 ;;
+    -|*=/dev/stdin) reads=1 ;;
+  esac
+  prev=$a
+done
+if [ -n "$ns" ] && [ "$ns" != kube-system ] && [ "$across" = 0 ]; then
+  id="$(date +%s%N).$$"
+  mkdir -p "$C/requests" "$C/responses"
+  if [ "$reads" = 1 ]; then cat > "$C/requests/$id.stdin"; fi
+  printf '%s\0' "$@" > "$C/requests/$id.tmp"
+  mv "$C/requests/$id.tmp" "$C/requests/$id.args"
+  for _ in $(seq 1200); do
+    if [ -e "$C/responses/$id.rc" ]; then
+      cat "$C/responses/$id.out"
+      cat "$C/responses/$id.err" >&2
+      exit "$(cat "$C/responses/$id.rc")"
+    fi
+    /usr/bin/sleep 0.1
+  done
+  echo "error: the API server did not answer in 120 s" >&2
+  exit 1
+fi
 create=0 node=''
 for a in "$@"; do
   case "$a" in --for=create) create=1 ;; node/*) node=${a#node/} ;; esac
@@ -328,7 +355,7 @@ def _hosts(dc: Datacentre) -> None:
     cluster = dc.work / "cluster"
     for d in ("nodes", "kubelet", "configmaps", "registered"):
         (cluster / d).mkdir(parents=True, exist_ok=True)
-    ca = _cluster_ca(dc)
+    ca = cluster_ca(dc)
     server = dc.api_endpoint
     gpu_nodes = _gpu_nodes(dc)
     for r in dc.plan["resources"]:
@@ -351,7 +378,7 @@ def _hosts(dc: Datacentre) -> None:
 CLUSTER_CA = "cluster-ca"  # under the run's directory: the cluster's CA and the API server's
 
 
-def _cluster_ca(dc: Datacentre) -> Path:
+def cluster_ca(dc: Datacentre) -> Path:
     """The cluster's CA certificate (a real one: the stack hashes its public key), made once
     with the API server's serving certificate for the stack's API endpoint."""
     root = dc.work / CLUSTER_CA
@@ -448,181 +475,12 @@ def engine_env(dc: Datacentre) -> dict[str, str]:
 @contextlib.contextmanager
 def running(dc: Datacentre) -> Iterator[None]:
     """hostsim, the Redfish stand-in and the hosts' power cycles, for the block (the API
-    server runs longer: `api_server`)."""
+    server runs longer: `cluster_api.api_server`)."""
     redfish = [sys.executable, "-m", "e2e.redfish", str(redfish_spec(dc))]
     with serve(hostsim_spec(dc)), serving(
             redfish, dc.work / "redfish.stderr.log", "the Redfish stand-in",
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}), _power_cycles(dc):
         yield
-
-
-STACK_USER = "gpu-cluster:stack"  # the identity the stack's kubeconfig names (bootstrap.py)
-
-
-@contextlib.contextmanager
-def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
-    """The cluster's API server at the stack's API endpoint: the twin's real control plane
-    (`make k8s-tools`), serving a certificate the cluster's CA signed for that address, and
-    knowing the stack's identity by the token its kubeconfig carries (no role: RBAC is what
-    the stack itself applies)."""
-    if not BINS:
-        pytest.skip("the twin's control plane is not built: run `make k8s-tools`")
-    url = urlsplit(dc.api_endpoint)
-    assert url.hostname and is_local(url.hostname), f"{dc.api_endpoint} is not on loopback"
-    _cluster_ca(dc)
-    serving = (dc.work / CLUSTER_CA / "server.crt", dc.work / CLUSTER_CA / "server.key")
-    # The charts' webhooks, answered by the admission stand-in, which the API server reaches
-    # as its proxy (loopback, etcd's address included, is never proxied).
-    namespaces = sorted({r["inputs"]["namespace"] for r in dc.plan["resources"]
-                         if r["type"] == "kubernetes:helm.sh/v3:Release"} | {TO_NS})
-    with admission.serving("127.0.0.1", namespaces, dc.work / "admission",
-                           dc.admission_log) as (proxy, ca):
-        plane = ControlPlane(BINS[-1], dc.work / "apiserver", address=url.hostname,
-                             port=url.port or 443, serving=serving,
-                             tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"],
-                             pod_cidr=POD_CIDR, apiserver_env={
-                                 "HTTPS_PROXY": proxy, "NO_PROXY": "127.0.0.0/8,localhost",
-                                 "SSL_CERT_FILE": str(ca)})
-        with plane, _bridge(dc, plane), _operators(dc, plane), _load_balancers(plane):
-            yield plane
-
-
-# The pods' addresses: loopback, so whatever dials a pod (that runs no process) stays on this
-# machine; a Service's endpoints cannot be loopback, so nothing is routed to them either.
-POD_CIDR = "127.79.0.1/16"
-
-
-@contextlib.contextmanager
-def _bridge(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
-    """The shared cluster directory to the API server: each Node a join registered becomes a
-    Node object (KWOK reports it Ready, as the kubelet would), then `registered/<node>`; what
-    the control plane's `kubectl apply` recorded (the stack's RBAC) is applied, then
-    `forwarded` holds how much of it was."""
-    cluster = dc.work / "cluster"
-    control_plane = dc.control_plane
-
-    def forward() -> None:
-        applied, forwarded = cluster / "applied", cluster / "forwarded"
-        for node in sorted((cluster / "nodes").iterdir()):
-            if not (cluster / "registered" / node.name).exists():
-                plane.kubectl("apply", "-f", "-", stdin=json.dumps(
-                    _node(node.name, node.name == control_plane)))
-                (cluster / "registered" / node.name).touch()
-        size = applied.stat().st_size if applied.exists() else 0
-        done = int(forwarded.read_text()) if forwarded.exists() else 0
-        if size > done:
-            with applied.open("rb") as f:
-                f.seek(done)
-                plane.kubectl("apply", "-f", "-", stdin=f.read(size - done).decode())
-            forwarded.write_text(str(size))
-
-    with _polling("api-bridge", forward) as errors:
-        yield
-    assert not errors, f"the API server refused what the hosts registered: {errors[0]}"
-
-
-@contextlib.contextmanager
-def _operators(dc: Datacentre, plane: ControlPlane) -> Iterator[None]:
-    """Stand-ins for the network and GPU operators' reconcilers (they run in pods): each policy
-    the stack waits for is reported `ready` in its status, the network operator's only after
-    its nv-ipam state installed the IPPool CRD (the one of the operator's release tag, from
-    ../shared/ref), and `ready/<policy>` tells the control plane's `kubectl wait`."""
-    release = {r["name"]: r["inputs"] for r in dc.plan["resources"]
-               if r["type"] == "kubernetes:helm.sh/v3:Release"}
-    tag = f"network-operator-v{release['network-operator']['version']}"
-    ippool_crd = REF / "nvidia-k8s-ipam" / tag / "crd" / "nv-ipam.nvidia.com_ippools.yaml"
-    ready = dc.work / "cluster" / "ready"
-    ready.mkdir(exist_ok=True)
-
-    def reconcile() -> None:
-        for name, policy in ROLLOUT_READY.items():
-            if name not in release or (ready / policy.replace("/", "_")).exists():
-                continue
-            found = plane.kubectl("get", policy, "-o", "json", check=False)
-            if found.returncode != 0:
-                continue
-            if name == "network-operator" and json.loads(found.stdout)["spec"].get("nvIpam"):
-                plane.kubectl("apply", "--server-side", "-f", str(ippool_crd))
-                plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                              "crd/ippools.nv-ipam.nvidia.com")
-            plane.kubectl("patch", policy, "--subresource=status", "--type=merge",
-                          "-p", json.dumps({"status": {"state": "ready"}}))
-            (ready / policy.replace("/", "_")).touch()
-
-    with _polling("operators", reconcile) as errors:
-        yield
-    assert not errors, f"an operator stand-in failed: {errors[0]}"
-
-
-@contextlib.contextmanager
-def _load_balancers(plane: ControlPlane) -> Iterator[None]:
-    """Stand-in for MetalLB's controller (it runs in a pod, so nothing runs it here): a
-    LoadBalancer Service gets the first free address of the IPAddressPool its
-    `metallb.io/address-pool` annotation names, in its status, as MetalLB assigns it."""
-    def assign() -> None:
-        services = [s for s in plane.get("services", "--all-namespaces")["items"]
-                    if s["spec"].get("type") == "LoadBalancer"]
-        taken = {i["ip"] for s in services
-                 for i in s.get("status", {}).get("loadBalancer", {}).get("ingress") or []}
-        for svc in services:
-            if svc.get("status", {}).get("loadBalancer", {}).get("ingress"):
-                continue
-            pool = (svc["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
-            found = plane.kubectl("get", "ipaddresspools.metallb.io", pool or "", "-n",
-                                  METALLB_NS, "-o", "json", check=False)
-            if pool is None or found.returncode != 0:
-                continue  # MetalLB leaves it pending too
-            free = [a for a in _addresses(json.loads(found.stdout)) if a not in taken]
-            if not free:
-                continue
-            taken.add(free[0])
-            status = {"status": {"loadBalancer": {"ingress": [{"ip": free[0],
-                                                               "ipMode": "VIP"}]}}}
-            plane.kubectl("patch", "service", svc["metadata"]["name"], "-n",
-                          svc["metadata"]["namespace"], "--subresource=status",
-                          "--type=merge", "-p", json.dumps(status))
-
-    with _polling("load-balancers", assign) as errors:
-        yield
-    assert not errors, f"the load-balancer stand-in failed: {errors[0]}"
-
-
-POOL_ANNOTATION = "metallb.io/address-pool"
-METALLB_NS = "metallb-system"
-
-
-def _addresses(pool: dict[str, Any]) -> list[str]:
-    """A pool's addresses in order: CIDRs and `first-last` ranges, as MetalLB reads them."""
-    out: list[str] = []
-    for spec in pool["spec"]["addresses"]:
-        if "-" in spec:
-            first, last = (ipaddress.ip_address(a.strip()) for a in spec.split("-"))
-            out += [str(ipaddress.ip_address(i)) for i in range(int(first), int(last) + 1)]
-        else:
-            out += [str(a) for a in ipaddress.ip_network(spec, strict=False)]
-    return out
-
-
-def _node(name: str, control_plane: bool) -> dict[str, Any]:
-    """A host's Node object as its kubelet registers it (and, on the control plane, as
-    `kubeadm init` marks it: its role label and NoSchedule taint, the stack setting none of its
-    own); KWOK manages its status."""
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64"}
-    spec: dict[str, Any] = {}
-    if control_plane:
-        labels |= {CONTROL_PLANE_ROLE: "", "node.kubernetes.io/exclude-from-external-load-"
-                   "balancers": ""}
-        spec["taints"] = [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
-        "spec": spec, "status": {"allocatable": NODE_RESOURCES, "capacity": NODE_RESOURCES}}
-
-
-CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
-
-
-NODE_RESOURCES = {"cpu": "192", "memory": "2Ti", "pods": "110"}
 
 
 @contextlib.contextmanager
@@ -639,13 +497,13 @@ def _power_cycles(dc: Datacentre) -> Iterator[None]:
                 dc.boots.append((h.name, datetime.now(UTC)))
                 (h.sandbox.state / Path(DOWN).name).unlink(missing_ok=True)
 
-    with _polling("power-cycles", cycle) as errors:
+    with polling("power-cycles", cycle) as errors:
         yield
     assert not errors, f"a host failed to boot: {errors[0]}"
 
 
 @contextlib.contextmanager
-def _polling(name: str, step: Callable[[], None]) -> Iterator[list[BaseException]]:
+def polling(name: str, step: Callable[[], None]) -> Iterator[list[BaseException]]:
     """`step` every POLL_S on a thread of its own, for the block; yields the error that
     stopped it, if one did (whatever waited on it fails and says so meanwhile)."""
     stop = threading.Event()
@@ -656,6 +514,8 @@ def _polling(name: str, step: Callable[[], None]) -> Iterator[list[BaseException
             try:
                 step()
             except Exception as err:
+                # Said at once, on stderr: what waits on this step fails only later.
+                traceback.print_exc()
                 errors.append(err)
                 return
 
