@@ -453,8 +453,7 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     assert re.fullmatch(r"[0-9a-f]{40}", doc["resources"][0].rpartition("?ref=")[2])
     assert "# v1.9.4: the commit its tag points to" in text
     assert TRAINING_OPERATOR_COMMITS["v1.9.4"] == commit
-    (patch,) = doc["patches"]
-    assert patch["target"]["kind"] == "Deployment"
+    (patch,) = [p for p in doc["patches"] if p["target"]["kind"] == "Deployment"]
     assert patch["target"]["name"] == "training-operator"
     ops = yaml.safe_load(patch["patch"])
     assert ops[0] == {"op": "add", "path": "/spec/template/spec/containers/0/command/-",
@@ -464,6 +463,11 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     assert {o["path"] for o in ops[1:]} == {"/spec/template/spec/nodeSelector",
                                             "/spec/template/spec/tolerations",
                                             "/spec/template/spec/priorityClassName"}
+    # The webhook certificate's Secret, which the operator fills, without kustomize's empty
+    # `data` (the provider would replace the Secret on every `pulumi up`).
+    (secret,) = [p for p in doc["patches"] if p["target"]["kind"] == "Secret"]
+    assert secret["target"]["name"] == "training-operator-webhook-cert"
+    assert yaml.safe_load(secret["patch"]) == [{"op": "remove", "path": "/data"}]
     with pytest.raises(ValueError, match="v1.9.3"):
         platform.check_training_operator_dir(text, "v1.9.3")
     # The vendored variant: the same patches over the release's manifests in the project.
