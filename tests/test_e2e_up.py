@@ -12,10 +12,11 @@ after the boot, its join token, its join and the wait for its Node, and the Kube
 chain; the Nodes' placement labels, the volumes and their claims, the Helm releases from the
 chart archives and every platform object in the API server; the NCCL acceptance job, gang-
 scheduled by Volcano and run by the Training Operator, and the gate that checks it, then the
-training job and the model server. A second preview finds nothing to change
-(`build/e2e/preview2.json`). Then four day-2 changes go through the engine, each changing what
-the offline preview of it lists: a Kubernetes patch upgrade (control plane first, then one node
-at a time), a new switch password, a replaced HCA and an added node. Last, `pulumi destroy` is
+training job and the model server; the twin's checks hold on what the engine applied. A
+second preview finds nothing to change (`build/e2e/preview2.json`). Then five day-2 changes go
+through the engine, each changing what the offline preview of it lists: a Kubernetes patch
+upgrade (control plane first, then one node at a time), a new switch password, a GPU driver
+release (a Helm upgrade), a replaced HCA and an added node. Last, `pulumi destroy` is
 refused by the protected checkpoint volumes and deletes nothing. What stands in for what runs
 in pods on hardware: docs/testing.md."""
 
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cluster_api import ASSIGNED, api_server
+from support.cluster_api import ASSIGNED, api_server, api_server_configs
 from support.datacentre import (
     OUT,
     Datacentre,
@@ -55,6 +56,9 @@ from components.planning import host_scripts
 from e2e.keys import keygen
 from e2e.stack import STACK
 from offline.bench_datacentre import by_type, step_durations
+from twin import checks
+from twin.__main__ import verify
+from twin.run import TwinReport, gates, settle, snapshot, wait_for_job
 
 ENGINE = pulumi_bin()
 pytestmark = [
@@ -434,6 +438,37 @@ def test_the_inference_api_key_is_made_in_the_cluster_and_kept_nowhere_else(appl
     assert not [p for p in OUT.rglob("*") if p.is_file() and key in p.read_text()]
 
 
+def test_the_api_server_runs_with_the_configuration_the_engine_wrote(applied) -> None:
+    """What the API server admits and authenticates by are the files `kubeadm init` was given
+    on the control plane: the ones the API server of the data centre runs with."""
+    dc, _ = applied
+    etc = dc.hosts[CONTROL_PLANE].sandbox.root / "etc/kubernetes"
+    for rendered in api_server_configs(dc):
+        assert (etc / rendered.name).read_bytes() == rendered.read_bytes(), rendered.name
+    assert "PodSecurity" in api_server_configs(dc)[0].read_text()
+
+
+def test_the_twins_checks_hold_on_what_the_engine_applied(applied) -> None:
+    """The checks `make twin` runs on objects it applies itself, on what `pulumi up` applied:
+    every pod bound and admitted by Pod Security, every PodGroup running, training on whole
+    nodes of one scalable unit, the gate alone on the fabric, node agents on every node,
+    system pods outranking workloads, the admission policy and anonymous access as the stack
+    states them. (Draining for the budget is left to the twin: it would evict what the day-2
+    changes below start from.)"""
+    dc, runs = applied
+    api = runs["api"]
+    report = TwinReport()
+    plan_gates = gates(dc.plan)
+    assert plan_gates
+    for g in plan_gates:
+        report.gates[g.name] = wait_for_job(api, g.job, timeout=60)
+    verify(dc.cluster, snapshot(api, settle(api, report)), plan_gates, report)
+    report.failures += checks.pod_admission(api, dc.cluster, report.seen)
+    report.failures += checks.anonymous_access(api, report.seen)
+    assert not report.failures, "\n".join(report.failures)
+    assert report.ok, (report.unscheduled, report.rejected)
+
+
 NCCL_TEST, TRAINING, INFERENCE = "nccl-allreduce", "training", "inference"
 
 
@@ -632,6 +667,49 @@ def test_a_new_switch_password_reconfigures_every_switch_with_it(rotated) -> Non
     assert dc.secrets["GPU_CLUSTER_SWITCH_PASSWORD"] not in json.dumps(run["state"])
 
 
+# ----------------------------------------------------------------- day 2: a chart's values
+
+
+NEW_DRIVER = "580.105.08"  # the R580 production branch's next release after 580.95.05
+
+
+@pytest.fixture(scope="module")
+def driver_bumped(rotated) -> tuple[Datacentre, dict[str, Any]]:
+    """The GPU driver one release up: a value of the GPU Operator's release, so a Helm
+    upgrade of the chart from its archive, then the wait for the operator's rollout."""
+    dc, _ = rotated
+    old: list[str] = []
+
+    def edit(cluster: dict[str, Any]) -> None:
+        gpu = cluster["platform"]["gpuOperator"]
+        old.append(gpu["driverVersion"])
+        gpu["driverVersion"] = NEW_DRIVER
+
+    return dc, day2(dc, "driver", edit) | {"old": old[0]}
+
+
+def test_a_driver_bump_upgrades_the_release_then_waits_for_the_rollout(applied,
+                                                                     driver_bumped) -> None:
+    dc, run = driver_bumped
+    assert run["engine"] == run["offline"]
+    assert {urn.rsplit("::", 1)[1]: op for urn, op in run["engine"].items()} == {
+        "gpu-operator": "update", "gpu-operator-rollout": "replace"}
+    # Helm's record: a second revision, deployed, of the pinned chart with the new driver.
+    release = _helm_release(applied[1]["api"], "gpu-operator",
+                            dc.cluster.platform.gpu_operator.namespace)
+    assert release["status"] == "deployed" and release["version"] == 2
+    assert release["config"]["driver"]["version"] == NEW_DRIVER
+    assert release["chart"]["metadata"]["version"] == next(
+        r["inputs"]["version"] for r in dc.plan["resources"]
+        if r["type"] == RELEASE and r["name"] == "gpu-operator")
+    # The rollout wait ran once, on the control plane, after the upgrade.
+    (wait,) = run["calls"]
+    assert wait == _call(dc, CONTROL_PLANE, "wait clusterpolicies.nvidia.com/cluster-policy",
+                         run["calls"])
+    assert wait["exit"] == 0
+    assert _when(wait["start"]) >= _when(release["info"]["last_deployed"])
+
+
 # ----------------------------------------------------------------- day 2: a replaced HCA
 
 
@@ -639,9 +717,9 @@ NEW_GUID = "0xb83fd20300a4ffee"  # the replacement HCA's port GUID (NVIDIA's OUI
 
 
 @pytest.fixture(scope="module")
-def hca_replaced(rotated) -> tuple[Datacentre, dict[str, Any]]:
+def hca_replaced(driver_bumped) -> tuple[Datacentre, dict[str, Any]]:
     """gpu-node-03's rail-2 HCA replaced: the inventory row with the new card's port GUID."""
-    dc, _ = rotated
+    dc, _ = driver_bumped
     old: list[str] = []
 
     def swap(text: str) -> str:

@@ -186,7 +186,13 @@ def test_priorities_are_set_at_the_charts_own_keys() -> None:
     # system-cluster-critical: the stack leaves both alone.
     assert "priorityClassName" not in v["gpu-operator"]["operator"]
     assert "priorityClassName" not in str(v["volcano"])
-    assert "priorityClassName" not in str(v["network-operator"])
+    # The Network Operator's bundled Node Feature Discovery: its worker (templates/worker.yaml
+    # reads worker.priorityClassName) runs beside workloads on every GPU node; the chart-wide
+    # key is not set, as that template writes it into the worker's pod spec too.
+    nfd = v["network-operator"]["node-feature-discovery"]
+    assert nfd["worker"]["priorityClassName"] == "system-node-critical"
+    assert "priorityClassName" not in nfd
+    assert "priorityClassName" not in str(v["network-operator"]["operator"])
 
 
 def test_placement_labels_are_ones_no_kubelet_can_set() -> None:

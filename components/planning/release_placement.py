@@ -102,13 +102,22 @@ COMPONENTS: dict[str, tuple[Component, ...]] = {
     ),
     # Network Operator 26.4.1 / GPU Operator v26.3: the operators tolerate the control plane.
     # The Network Operator chart has no priority key for its operator at 26.4.1 (it arrives in
-    # 26.7), nor does its bundled Node Feature Discovery chart: those pods keep priority 0.
+    # 26.7). Its bundled Node Feature Discovery chart has one for the worker (a node agent,
+    # beside workloads on every GPU node) and one for all of its pods, which the worker's
+    # template writes too (its pod spec would name two classes): the master and the garbage
+    # collector, on the control-plane hosts only, keep priority 0.
     "network-operator": (
         C("operator", ("operator",), "system", {}, (
             {"key": "node-role.kubernetes.io/master", "operator": "Equal", "value": "",
              "effect": "NoSchedule"}, _CP_EQUAL)),
         C("nfd-master", ("node-feature-discovery", "master"), "system"),
         C("nfd-gc", ("node-feature-discovery", "gc"), "system"),
+        C("nfd-worker", ("node-feature-discovery", "worker"), "every-node", {}, (
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists",
+             "effect": "NoSchedule"},
+            {"key": CONTROL_PLANE, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+          priority=("node-feature-discovery", "worker", "priorityClassName")),
     ),
     # (its own Node Feature Discovery is off: the Network Operator's serves both)
     "gpu-operator": (C("operator", ("operator",), "system", LINUX, (_CP_EQUAL,),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -24,14 +25,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from components.config import Cluster
 from components.planning.nodes import PlannedNode, planned_nodes
 from components.planning.platform import ROLLOUT_READY, rdma_resource
-from components.stack_config import validate_cluster
 from e2e import admission
 from e2e.guard import is_local
-from e2e.stack import CLUSTER_KEY, STACK
-from offline.stackconfig import load_stack_config
+from e2e.stack import STACK
 from support.datacentre import CLUSTER_CA, REF, Datacentre, cluster_ca, polling
 from support.nccl_run import healthy_run
 from support.twin import BINS
@@ -57,7 +55,9 @@ def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
     """The cluster's API server at the stack's API endpoint: the twin's real control plane
     (`make k8s-tools`), serving a certificate the cluster's CA signed for that address, and
     knowing the stack's identity by the token its kubeconfig carries (no role: RBAC is what
-    the stack itself applies)."""
+    the stack itself applies). It runs with the stack's admission and authentication
+    configuration as rendered (CONFIGS): the files `kubeadm init` is given on the control
+    plane, which the engine writes there only once the API server must already answer."""
     if not BINS:
         pytest.skip("the twin's control plane is not built: run `make k8s-tools`")
     url = urlsplit(dc.api_endpoint)
@@ -74,7 +74,10 @@ def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
     with one_twin_at_a_time(), admission.serving(
             "127.0.0.1", namespaces, dc.work / "admission", dc.admission_log,
             relays) as (proxy, ca):
+        admission_config, authentication_config = api_server_configs(dc)
         plane = ControlPlane(BINS[-1], dc.work / "apiserver", kwok_stages=stages,
+                             admission_config=admission_config,
+                             authentication_config=authentication_config,
                              address=url.hostname, port=url.port or 443, serving=serving,
                              tokens=[f"{dc.stack_token},{STACK_USER},{STACK_USER}"],
                              pod_cidr=_pod_cidr(dc), apiserver_env={
@@ -83,6 +86,17 @@ def api_server(dc: Datacentre) -> Iterator[ControlPlane]:
         with plane, _bridge(dc, plane), _operators(dc, plane), _load_balancers(plane), \
                 _controllers(plane, relays):
             yield plane
+
+
+# The API server's configuration files, as `offline preview` renders them and the control
+# plane's `kubeadm init` command writes them (components/planning/kubeadm.py).
+CONFIGS = ("kubernetes/admission-config.yaml", "kubernetes/authentication-config.yaml")
+
+
+def api_server_configs(dc: Datacentre) -> tuple[Path, Path]:
+    """The stack's AdmissionConfiguration and AuthenticationConfiguration, as rendered."""
+    admission, authentication = (dc.project / "build" / STACK / c for c in CONFIGS)
+    return admission, authentication
 
 
 # Pods of a controller that runs as a process here (the Training Operator): Ready only once
@@ -117,6 +131,7 @@ def _controllers(plane: ControlPlane, relays: dict[str, tuple[str, int]]) -> Ite
     started: set[str] = set()
     serving = threading.Event()
     registered = [0]  # CSI node plugin pods whose nodes have their CSINode entry
+    ticks = itertools.count()
 
     def start() -> None:
         # Helm creates a release's ConfigMaps before its Deployments.
@@ -143,6 +158,10 @@ def _controllers(plane: ControlPlane, relays: dict[str, tuple[str, int]]) -> Ite
                 relays[f"{TO_SERVICE}.{TO_NS}.svc:443"] = ("127.0.0.1", port)
             start_training_operator(plane, [deployment], "127.0.0.1", expose)
             serving.set()
+        # What follows lists every DaemonSet and the operator's pods: once a second (a
+        # kubelet, too, registers a plugin some time after its pod starts), not every tick.
+        if next(ticks) % PODS_EVERY:
+            return
         # The kubelet's part when a CSI node plugin registers: a CSINode entry for its driver
         # on each node its pod runs on (Volcano counts the driver's volumes against it).
         plugins = [d for d in plane.get("daemonsets", "-A")["items"] if any(
@@ -164,6 +183,7 @@ def _controllers(plane: ControlPlane, relays: dict[str, tuple[str, int]]) -> Ite
 
 
 VOLCANO_CONF = ("volcano-scheduler-configmap", "volcano-scheduler.conf")
+PODS_EVERY = 5  # polls (of POLL_S) between looks at the pods the controllers stand in for
 TO_WEBHOOK = "validator.training-operator.kubeflow.org"
 
 
@@ -172,7 +192,7 @@ def _pod_cidr(dc: Datacentre) -> str:
     Services have endpoints. No pod runs a process, and nothing dials one: the API server
     reaches webhooks and aggregated APIs only through its proxy (the admission stand-in, which
     answers itself or relays to a process on loopback)."""
-    net = ipaddress.ip_network(_cluster(dc).kubernetes.pod_cidr)
+    net = ipaddress.ip_network(dc.cluster.kubernetes.pod_cidr)
     return f"{net.network_address + 1}/{net.prefixlen}"
 
 
@@ -371,21 +391,15 @@ def _launcher_log(plane: ControlPlane, namespace: str, launcher: str) -> str:
     return healthy_run(job, [bound.get(w, w) for w in workers])
 
 
-def _cluster(dc: Datacentre) -> Cluster:
-    """The stack's cluster as it stands (an added node's too)."""
-    raw = json.loads(load_stack_config(dc.project, STACK).config[CLUSTER_KEY])
-    return validate_cluster(raw, dc.project)
-
-
 def planned(dc: Datacentre) -> dict[str, PlannedNode]:
     """The nodes of the stack, as the twin models them."""
-    return {n.name: n for n in planned_nodes(_cluster(dc))}
+    return {n.name: n for n in planned_nodes(dc.cluster)}
 
 
 def device_plugins(dc: Datacentre) -> dict[str, str]:
     """Each device plugin's resource, and the release whose operator runs the plugin."""
     return {"nvidia.com/gpu": "gpu-operator",
-            rdma_resource(_cluster(dc)): "network-operator"}
+            rdma_resource(dc.cluster): "network-operator"}
 
 
 def _not_running(dc: Datacentre) -> set[str]:

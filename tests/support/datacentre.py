@@ -31,10 +31,13 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from components.config import Cluster
+from components.stack_config import validate_cluster
 from e2e.guard import endpoints, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates
 from e2e.stack import CLUSTER_KEY, STACK, Keys, e2e_inventory, e2e_stack
+from offline.stackconfig import load_stack_config
 from support.engine import local_env
 from support.hostsim import go_missing, serve, serving
 from support.project import REPO, copy_repo, run_offline
@@ -226,6 +229,7 @@ class Datacentre:
     project: Path
     keys: Keys
     plan: dict[str, Any]
+    cluster: Cluster  # the stack's cluster the plan was made from (an added node's too)
     plan_outputs: dict[str, Any] = field(default_factory=dict)  # the stack's, as planned
     hosts: dict[str, Host] = field(default_factory=dict)
     bmcs: dict[str, str] = field(default_factory=dict)  # host -> BMC address
@@ -322,7 +326,8 @@ def build(work: Path) -> Datacentre:
     refused = outside(plan)
     assert not refused, f"the e2e stack would dial outside this machine: {refused[:5]}"
     outputs = json.loads((project / "build" / STACK / "outputs.json").read_text())
-    dc = Datacentre(work, project, keys, plan, outputs.get("outputs") or {})
+    dc = Datacentre(work, project, keys, plan, stack_cluster(project),
+                    outputs.get("outputs") or {})
     dc.stack_token = secrets.token_hex(16)
     _hosts(dc)
     return dc
@@ -343,7 +348,14 @@ def replan(dc: Datacentre) -> None:
     refused = outside(plan)
     assert not refused, f"the change would dial outside this machine: {refused[:5]}"
     dc.plan = plan
+    dc.cluster = stack_cluster(dc.project)
     _hosts(dc)
+
+
+def stack_cluster(project: Path) -> Cluster:
+    """The e2e stack's cluster, validated as the program validates it."""
+    raw = json.loads(load_stack_config(project, STACK).config[CLUSTER_KEY])
+    return validate_cluster(raw, project)
 
 
 def _hosts(dc: Datacentre) -> None:
