@@ -10,14 +10,16 @@ from pathlib import Path
 
 from . import site
 from .diff import diff_json, format_diff
-from .impact import impact
+from .impact import impact, refusals
 from .model import layer_order
-from .policy import LEVEL_ORDER, SUPPRESSED
+from .policy import LEVEL_ORDER, SUPPRESSED, Violation
 from .preview import (
     EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_MANDATORY,
+    EXIT_MEANING,
     EXIT_OK,
+    EXIT_REFUSED,
     ConfigFailure,
     Rendering,
     RunFailure,
@@ -27,6 +29,7 @@ from .preview import (
     write_tree,
 )
 from .runbook import runbook
+from .stackconfig import StackFileError, load_stack_config
 
 
 def _print_summary(r: Rendering, verbose: bool) -> None:
@@ -44,7 +47,7 @@ def _print_summary(r: Rendering, verbose: bool) -> None:
         print(f"  {type_:<{width}} {n:>6}")
 
 
-def _print_policies(r: Rendering, quiet: bool) -> None:
+def _print_policies(r: Rendering, quiet: bool, verbose: bool = False) -> None:
     if not r.levels:
         return
     grouped: dict[str, list] = {lvl: [] for lvl in (*LEVEL_ORDER, SUPPRESSED)}
@@ -59,6 +62,9 @@ def _print_policies(r: Rendering, quiet: bool) -> None:
         if not items or (quiet and level != "mandatory"):
             continue
         print(f"  {level}:")
+        if level == SUPPRESSED and not verbose:
+            _print_suppressed(items)
+            continue
         # One entry per rule and resource: its findings, then the reason (when suppressed).
         entries: dict[tuple[str, str, str], list[str]] = {}
         for v in items:
@@ -72,6 +78,18 @@ def _print_policies(r: Rendering, quiet: bool) -> None:
                 print(f"        reason: {reason}")
     if not quiet:
         print(f"  disabled: {', '.join(disabled) if disabled else 'none'}")
+
+
+def _print_suppressed(items: list[Violation]) -> None:
+    """A suppressed rule once, with how many findings on which resources and why: a reviewer
+    acts on none of them (`--verbose` lists each)."""
+    rules: dict[tuple[str, str], list[Violation]] = {}
+    for v in items:
+        rules.setdefault((v.policy, v.reason), []).append(v)
+    for (policy, reason), found in rules.items():
+        names = sorted({(v.resource or "(stack)").rsplit("::", 1)[-1] for v in found})
+        print(f"    [{policy}] {len(found)} finding{'s' * (len(found) != 1)} on "
+              f"{', '.join(names)}; reason: {reason}")
 
 
 def _render(project: Path, args: argparse.Namespace, policy_config: Path | None = None,
@@ -125,12 +143,18 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
               f"(make render STACK={args.baseline})", file=sys.stderr)
         return EXIT_CONFIG
+    out = project / "build" / args.stack
+    try:
+        load_stack_config(project, args.stack)  # before anything else is said about it
+    except StackFileError as err:
+        print(str(err), file=sys.stderr)
+        return _failed(out, EXIT_CONFIG)
     core = site.core_of(project, args.stack)  # a split site's part: its core, else None
     policy_config = _policy_config(project, args, core)
     r = _render(project, args, policy_config)
     if isinstance(r, int):
-        return r
-    write_tree(project / "build" / args.stack, r.build)
+        return _failed(out, r)
+    write_tree(out, r.build)
     diff, current = diff_against_rendered(project, args.stack, r, args.baseline)
     # The same diff as data, for tools (and tests) that act on what a change touches.
     (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
@@ -149,7 +173,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     # policy verdict, then the diff and the runbook; the inventory of the stack last.
     for line in verdict:
         print(line)
-    _print_policies(r, args.quiet)
+    _print_policies(r, args.quiet, args.verbose)
     for w in r.warnings:
         print(f"warning: {w}")
     if not args.quiet:
@@ -165,10 +189,26 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
     if args.timings:
         print("timings " + json.dumps({k: round(v, 3) for k, v in r.timings.items()}))
+    refused = refusals(diff, new_inputs)
+    for reason in refused:
+        print(f"refused: {reason}", file=sys.stderr)
     if any(v.level == "mandatory" for v in r.violations):
         print("mandatory policy violations: failing", file=sys.stderr)
         return EXIT_MANDATORY
-    return EXIT_OK
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _failed(out: Path, status: int) -> int:
+    """A preview that stopped: what a reader opens next (the README's quick start opens the
+    impact and the runbook) says so, instead of showing an earlier run's as if it were this
+    one's."""
+    if out.is_dir():
+        note = (f"No {{what}}: the last preview failed (exit {status}: "
+                f"{EXIT_MEANING.get(status, 'failed')}); fix what it printed and preview again.\n")
+        for name, what in (("impact.txt", "impact"), ("runbook.txt", "runbook")):
+            (out / name).write_text(note.format(what=what))
+        (out / "diff.json").unlink(missing_ok=True)  # tools read it as this run's changes
+    return status
 
 
 def cmd_check_rendered(args: argparse.Namespace) -> int:

@@ -27,10 +27,9 @@ try:  # libyaml: parsing thousands of rendered files stays fast
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
-PHYSICAL_HEADING = (
-    "Physical changes (hardware, cabling, switch or subnet-manager config — "
-    "needs a maintenance window)"
-)
+# Whether a change needs a maintenance window is the impact's to say (a key rotation changes
+# every host's commands and takes nothing down).
+PHYSICAL_HEADING = "Physical changes (hardware, cabling, switch or subnet-manager config)"
 
 # ---------------------------------------------------------------- replacement table
 #

@@ -14,12 +14,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .diff import Diff
+from .operators import operator_rollouts
 from .runbook import (
     CableMove,
     batch_words,
     cable_moves,
     cabling,
     drained_hosts,
+    joined_hosts,
     kubernetes_upgrade,
     rebooted_hosts,
     secret_rotations,
@@ -48,6 +50,20 @@ def _acceptance_test(urn: str, new_inputs: Mapping[str, Mapping[str, Any]] | Non
     return labels.get("app.kubernetes.io/component") == "nccl-test"
 
 
+def refusals(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
+             ) -> list[str]:
+    """The changes `pulumi up` must not be let to make, each with why: the impact marks them
+    REFUSED and the preview fails on them."""
+    out = [f"{r.secret} rotation {r.old} -> {r.new}: no host authorises the new key yet, so "
+           "every command would fail to log in (authorise it first: docs/day2.md)"
+           for r in secret_rotations(diff.changes, new_inputs) if r.unauthorised]
+    upgrade = kubernetes_upgrade(diff.changes)
+    if upgrade is not None and upgrade_refused(*upgrade[:2]):
+        out.append(f"Kubernetes {upgrade[0]} -> {upgrade[1]}: kubeadm upgrades one minor "
+                   "version at a time and never back (its version skew policy)")
+    return out
+
+
 def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """A short verdict, or one line saying nothing physical changes."""
     changes = diff.changes
@@ -57,6 +73,8 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     retired = sorted(sw for sw, a in switches.items() if a == "delete")
     drained = drained_hosts(changes, new_inputs)
     rebooted = rebooted_hosts(changes)
+    rollouts = operator_rollouts(changes, new_inputs)
+    by_operator = sorted({h for r in rollouts for h in r.drained})
     upgrade = kubernetes_upgrade(changes)
     # An upgrade `pulumi up` runs (not one the skew policy refuses), batch by batch.
     upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
@@ -68,7 +86,8 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     retested = sorted(c.name for c in jobs if c.action == "replace" and c.name in tests)
     stopped = sorted(c.name for c in jobs if c.action == "delete")
     if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
-            or drained or rebooted or upgrade or rotations or resubmitted or retested or stopped):
+            or drained or rebooted or upgrade or rotations or resubmitted or retested or stopped
+            or rollouts):
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:"]
     for r in rotations:
@@ -83,6 +102,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
             "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
             f"{batch_words(lanes)}, each drained" if upgrading
             else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))
+    lines += [f"  {r.line()}" for r in rollouts]
     moved = work.existing_links_moved
     lines.append(
         f"  existing links moved: {moved}"
@@ -99,8 +119,17 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
         # plane).
         drained = sorted(set(drained) | {h for lane in lanes.values() for b in lane for h in b}
                          | set(upgraded_control_planes(changes)))
+    # Each planned reboot drains its node first (the reboot chain's drain); an operator drains
+    # the GPU nodes it updates.
+    why = [w for w, hosts in (("for the upgrade", upgrading and drained),
+                              ("before its reboot", rebooted),
+                              ("by the operator updating its driver", by_operator)) if hosts]
+    drained = sorted(set(drained) | set(rebooted) | set(by_operator))
     lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
-                 + (", each in turn for the upgrade" if upgrading and drained else ""))
+                 + (f", each in turn {' or '.join(why)}" if why else ""))
+    joining = joined_hosts(changes)
+    if joining:
+        lines.append(f"  nodes added: {len(joining)} ({_span(joining)})")
     if resubmitted:
         lines.append(f"  jobs resubmitted: {len(resubmitted)} ({_span(resubmitted)}): their pods "
                      "restart; training resumes from its last checkpoint")
@@ -115,9 +144,17 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if upgrading:
         lines.append("  outage: each node's jobs are evicted in turn; the control plane's API "
                      "blips while it upgrades")
-    elif moved or drained:
+    elif moved or (drained and not (rebooted or by_operator)):
         lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
                      "maintenance window" + (" for the re-cabling" if moved else ""))
+    elif drained:
+        how = [h for h, hosts in (
+            ("a node drained for its reboot has its jobs evicted (a training gang restarts "
+             "from its last checkpoint)", rebooted),
+            ("the operator takes a node only as its upgrade policy above says", by_operator))
+            if hosts]
+        lines.append(f"  outage: one node at a time leaves service; {'; '.join(how)}; serving "
+                     "keeps its other replicas")
     elif resubmitted or stopped:
         lines.append("  outage: the jobs above restart or stop; other running work carries on")
     else:

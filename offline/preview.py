@@ -34,7 +34,11 @@ from .render import (
 from .runtime import OUTPUTS_FILE, ProgramFailed, run_program
 from .stackconfig import StackConfig, StackFileError, load_stack_config
 
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY, EXIT_REFUSED = 0, 1, 2, 3, 4
+# What each failing status means, as the preview's last line says it.
+EXIT_MEANING = {EXIT_ERROR: "the preview itself failed", EXIT_CONFIG: "a config error",
+                EXIT_MANDATORY: "a mandatory policy violation",
+                EXIT_REFUSED: "a change the stack refuses to make"}
 
 
 class ConfigFailure(Exception):
@@ -125,7 +129,7 @@ def render(
     try:
         cfg = load_stack_config(project_dir, stack)
     except StackFileError as err:
-        raise RunFailure(str(err)) from None
+        raise ConfigFailure(str(err)) from None
     try:
         deployed = (project_dir / "rendered" / (baseline or stack)).is_dir()
         result = run_program(project_dir, cfg, timeout=timeout, deployed=deployed)

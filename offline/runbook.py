@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
 from .diff import Change, Diff
+from .operators import operator_rollouts
 
 # Operators whose upgrade touches drivers on every GPU node, in the safe order: the network
 # stack (DOCA/OFED) first, the GPU driver (which builds GPUDirect on it) second.
@@ -469,6 +470,11 @@ def drained_hosts(changes: Iterable[Change],
     return sorted(set(leaving) | decommissioning | (moved - set(joining)))
 
 
+def joined_hosts(changes: Iterable[Change]) -> list[str]:
+    """Hosts that join the cluster in this change (a kubeadm join of their own is created)."""
+    return _hosts(changes, "-kubeadm-join", "create")
+
+
 def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
     """GPU nodes already in the stack whose planned-reboot chain is re-created."""
     changes = list(changes)
@@ -639,8 +645,23 @@ class _Work:
                     or self.rehosted or self.fabric_touched)
 
 
+# What a command logs in with: a rotation changes these, not the machine or what runs on it.
+_CREDENTIALS = ("privateKey: ", "password: ")
+
+
+def credentials_only(change: Change) -> bool:
+    """An update of only the key or password a command logs in with, not of what it runs or
+    where (a new host key or address is another machine: a board swap, a move): it re-runs the
+    same script, so it asks for no step beyond the rotation's own."""
+    lines = [ln for ln in change.text_diffs.get("connection", []) if ln[:1] in ("-", "+")]
+    return change.action == "update" and change.paths == ["connection"] and bool(lines) and all(
+        ln[1:].startswith(_CREDENTIALS) for ln in lines)
+
+
 def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Work:
-    changes = diff.changes
+    # What a rotation re-runs unchanged is read by `secret_rotations`; every other step is
+    # about what changes on a host, a switch or the cluster.
+    changes = [c for c in diff.changes if not credentials_only(c)]
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
@@ -672,7 +693,7 @@ def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Wo
         rehosted=_rehosted(changes),
         rebooting=any(_suffix(c.name, "-reboot") for c in changes
                       if c.action in ("create", "replace")),
-        rotations=secret_rotations(changes, new_inputs),
+        rotations=secret_rotations(diff.changes, new_inputs),
     )
 
 
@@ -696,8 +717,9 @@ def runbook(diff: Diff, stack: str = "prod",
               "placement labels" for host in w.joining]
     steps += _software_steps(w, new_inputs)
     numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
+    checks = _checks(w, recabled, stack)
     return (["Hardware-change runbook (in this order):"] + numbered
-            + ["  afterwards:"] + [f"    - {c}" for c in _checks(w, recabled, stack)])
+            + (["  afterwards:"] + [f"    - {c}" for c in checks] if checks else []))
 
 
 def _membership_steps(w: _Work, recabled: list[str]) -> list[str]:
@@ -759,15 +781,14 @@ def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) 
 def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """Operators, Kubernetes, the kubelets and settings kubeadm applies only once."""
     steps = []
+    rollouts = {r.release: r for r in operator_rollouts(w.changes, new_inputs)}
     for name in w.operators:
         policy = ("NicClusterPolicy" if name == "network-operator" else "ClusterPolicy")
-        steps.append(f"upgrade {name}" + (
-            " first (DOCA/OFED driver pods upgrade one node at a time, each drained)"
-            if name == "network-operator" else
-            " after the network operator (GPU driver upgrades one node at a time, drained)")
-            + ": the chart's pre-upgrade hook applies its new CRDs, and `pulumi up` waits "
-            f"({name}-rollout, up to 2 h) until the {policy} reports ready on every node "
-            "before it goes on")
+        order = (" first" if name == "network-operator" else " after the network operator"
+                 ) if len(w.operators) > 1 else ""
+        steps.append(f"upgrade {name}{order}: the chart's pre-upgrade hook applies its new "
+                     f"CRDs; {rollouts[name].line()}; `pulumi up` waits ({name}-rollout, up to "
+                     f"2 h) until the {policy} reports ready before it goes on")
     if w.upgrade is not None:
         steps.extend(_upgrade_steps(*w.upgrade, new_inputs))
     if w.kubelet is not None:
@@ -802,8 +823,9 @@ def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
     if w.joining or w.leaving or w.fabric_touched:
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "
                       "DISCOVERED=fabric.dump   (must report no difference)")
-    checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
-                  "its bus-bandwidth floor")
+    if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
+        checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
+                      "its bus-bandwidth floor")
     if recabled or w.leaving:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")

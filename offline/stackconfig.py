@@ -202,14 +202,37 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     project, declared = load_project(project_dir)
     path = project_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise StackFileError(f"{path} not found (STACK={stack})")
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")]
+                        for p in project_dir.glob("Pulumi.*.yaml"))
+        raise StackFileError(
+            f"{path.name}: no such stack file (stack {stack!r}); the stacks here: "
+            f"{', '.join(stacks) or 'none'}; fix: name one of them (STACK=<name>), or start "
+            f"this one from the reference cluster: cp Pulumi.prod.yaml {path.name}")
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise StackFileError(f"{path}: not valid YAML: {err}") from None
+        raise StackFileError(_yaml_problem(path, err)) from None
     if not isinstance(doc, dict):
-        raise StackFileError(f"{path}: top level must be a mapping")
+        raise StackFileError(f"{path.name}: the top level is a {type(doc).__name__}, not a "
+                             "mapping; fix: start the file with `config:` and the stack's keys "
+                             "under it (as Pulumi.prod.yaml does)")
     return build_config(project, stack, doc, declared, _site_cluster(project_dir, project, doc))
+
+
+def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
+    """Where a stack file stops being YAML, what the parser found there, and the fix."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    line = ""
+    if mark is not None:
+        lines = path.read_text().splitlines()
+        if mark.line < len(lines):
+            line = f": {lines[mark.line].strip()!r}"
+    return (f"{path.name}{where}{line}: not valid YAML ({(context + ', ') if context else ''}"
+            f"{problem}); fix: correct the YAML there (indentation, a missing `:` or quote, an "
+            "unclosed bracket), then preview again")
 
 
 def _site_cluster(project_dir: Path, project: str, doc: dict[str, Any]) -> dict[str, Any] | None:

@@ -69,12 +69,13 @@ def test_a_ninth_node_only_adds_its_cables(project: Path) -> None:
     9th node's 8 cables land on free ports and nothing already cabled moves."""
     grow(project, 9)
     out, steps = preview(project)
-    assert out[:6] == [
+    assert out[:7] == [
         "Impact on hardware and running work:",
         "  existing links moved: 0",
         # gpu-node-08 opens rack r03; the switches are in r01 (fabric.switchRack).
         "  cables to plug: 8 (8 x optical cross-rack); to pull: 0",
         "  nodes drained: 0",
+        "  nodes added: 1 (gpu-node-08)",
         # The NCCL test over every node is resized, so it runs again.
         "  acceptance test runs again: mpijob-training-nccl-allreduce (queued until its GPU "
         "nodes are free)",
@@ -101,8 +102,9 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
     assert out[3].startswith("  switches: rack 10 (leaf-su1-r0 … spine-04), retire 4 "
                              "(leaf-su1-r0-1, leaf-su1-r2-3, leaf-su1-r4-5, leaf-su1-r6-7)")
     assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
-    assert out[5].startswith("  acceptance test runs again: mpijob-training-nccl-allreduce")
-    assert "maintenance window for the re-cabling" in out[6]
+    assert out[5] == "  nodes added: 8 (gpu-node-08 … gpu-node-15)"
+    assert out[6].startswith("  acceptance test runs again: mpijob-training-nccl-allreduce")
+    assert "maintenance window for the re-cabling" in out[7]
 
     def at(*prefixes: str) -> list[int]:
         return [i for i, s in enumerate(steps) if s.startswith(prefixes)]
@@ -231,11 +233,12 @@ def test_a_second_su_planned_ahead_grows_without_moving_a_cable(project: Path) -
     assert run_offline(project, "preview", "--render").returncode == 0
     resize(project, 31, 9)
     out, steps = preview(project)
-    assert out[:6] == [
+    assert out[:7] == [
         "Impact on hardware and running work:",
         "  existing links moved: 0",
         out[2],
         "  nodes drained: 0",
+        "  nodes added: 8 (gpu-node-32 … gpu-node-39)",
         "  acceptance test runs again: mpijob-training-nccl-allreduce (queued until its GPU "
         "nodes are free)",
         "  outage: none expected (new links and hosts only)",

@@ -281,9 +281,13 @@ def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(
     render_baseline(project)
     edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.35.2"))
     proc = run_offline(project, "preview")
+    # Refused, so the preview fails (exit 4): CI stops what `pulumi up` would fail on.
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "refused: Kubernetes 1.33.5 -> 1.35.2: kubeadm upgrades one minor" in proc.stderr
     assert "REFUSED Kubernetes 1.33.5 -> 1.35.2" in proc.stdout, proc.stdout + proc.stderr
     assert "  Kubernetes 1.33.5 -> 1.35.2: REFUSED, it skips a minor" in proc.stdout
     assert "set kubernetes.version to a 1.34 release first" in proc.stdout
     assert "kubeadm upgrade apply" not in proc.stdout
     edit_stack(project, lambda c: c["kubernetes"].__setitem__("version", "1.32.9"))
-    assert "REFUSED Kubernetes 1.33.5 -> 1.32.9" in run_offline(project, "preview").stdout
+    back = run_offline(project, "preview")
+    assert back.returncode == 4 and "REFUSED Kubernetes 1.33.5 -> 1.32.9" in back.stdout

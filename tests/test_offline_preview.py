@@ -144,7 +144,8 @@ def test_rendered_has_one_file_per_resource(previewed: tuple[Path, Any]) -> None
     assert set(doc) == {"urn", "type", "name", "parent", "inputs", "options"}
 
 
-def test_config_error_exits_2_and_leaves_build_untouched(offline_project: Path) -> None:
+def test_config_error_exits_2_and_leaves_no_earlier_verdict_looking_current(
+        offline_project: Path) -> None:
     first = run_offline(offline_project, "preview")
     assert first.returncode == 0, first.stderr
     before = tree_bytes(offline_project / "build")
@@ -154,7 +155,41 @@ def test_config_error_exits_2_and_leaves_build_untouched(offline_project: Path) 
     assert "gpu-cluster:cluster.replicas: 0 is not allowed" in proc.stderr
     assert "fix: set replicas to 1 or more" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert tree_bytes(offline_project / "build") == before
+    # The plan and rendering stay the last good run's; the impact and runbook a reader opens
+    # next (the README's quick start) say that this preview failed, not the last one's verdict.
+    after = tree_bytes(offline_project / "build")
+    verdicts = {"prod/impact.txt", "prod/runbook.txt"}
+    assert {k: v for k, v in after.items() if k not in verdicts} == {
+        k: v for k, v in before.items() if k not in verdicts | {"prod/diff.json"}}
+    for name in verdicts:
+        assert after[name].decode() == (
+            f"No {name[5:-4]}: the last preview failed (exit 2: a config error); fix what it "
+            "printed and preview again.\n")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("config:\n  gpu-cluster:cluster: [\n    - a\n", "line 3, column 5: '- a'"),
+    ("- just\n- a list\n", "the top level is a list, not a mapping"),
+])
+def test_a_stack_file_that_is_not_yaml_is_a_config_error(offline_project: Path, text: str,
+                                                          where: str) -> None:
+    (offline_project / "Pulumi.broken.yaml").write_text(text)
+    proc = run_offline(offline_project, "preview", "--stack", "broken")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"Pulumi.broken.yaml{' ' if 'line' in where else ': '}{where}")
+    assert "fix: " in proc.stderr and "Traceback" not in proc.stderr
+    assert not (offline_project / "build" / "broken").exists()
+
+
+def test_a_missing_stack_file_is_a_config_error_naming_the_stacks_there(
+        offline_project: Path) -> None:
+    proc = run_offline(offline_project, "preview", "--stack", "nosuch")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""  # nothing said about a stack that is not there
+    assert proc.stderr == (
+        "Pulumi.nosuch.yaml: no such stack file (stack 'nosuch'); the stacks here: prod; fix: "
+        "name one of them (STACK=<name>), or start this one from the reference cluster: "
+        "cp Pulumi.prod.yaml Pulumi.nosuch.yaml\n")
 
 
 def test_invokes_return_empty_results(offline_project: Path) -> None:

@@ -47,8 +47,11 @@ UPSTREAM_VALUES = {
 # Keys of subcharts the tool cannot see: Network Operator 26.4.1 ships Node Feature Discovery as
 # the `node-feature-discovery` subchart, whose master and gc Deployments take nodeSelector and
 # tolerations (kubernetes-sigs/node-feature-discovery, deployment/helm/node-feature-discovery).
+# (node-feature-discovery's own values.yaml, in the chart archive of ../shared/upstream/charts,
+# has worker.priorityClassName, which its templates/worker.yaml reads.)
 SUBCHART_KEYS = {"network-operator": {f"node-feature-discovery.{c}.{k}" for c in ("master", "gc")
-                                      for k in ("nodeSelector", "tolerations")}}
+                                      for k in ("nodeSelector", "tolerations")}
+                 | {"node-feature-discovery.worker.priorityClassName"}}
 # Releases whose chart values are not in ../shared/ref (checked by the pure tests below).
 NO_UPSTREAM_VALUES = {"calico", "cert-manager", "ingress-nginx", "metallb", "prometheus",
                       "prometheus-adapter"}
@@ -557,7 +560,11 @@ def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> Non
         assert (component["repository"], component["version"]) == (
             "nvcr.io/nvidia/mellanox", "network-operator-v26.7.0")
     runbook = (project / "build/prod/runbook.txt").read_text()
-    assert "upgrade network-operator first" in runbook
+    # DOCA-OFED is the hosts' (ofed: host): the operator's node agents roll, nothing drains.
+    assert "upgrade network-operator: the chart's pre-upgrade hook applies its new CRDs; " \
+        "network-operator 26.4.1 -> 26.7.0: its node agents" in runbook
+    assert "so no node is drained" in runbook
+    assert "nodes drained: 0" in (project / "build/prod/impact.txt").read_text()
 
 
 def test_ip_pools_wait_for_the_network_operator(build: Path) -> None:

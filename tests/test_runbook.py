@@ -111,9 +111,18 @@ def _release(name: str) -> Change:
 @pytest.mark.parametrize("order", [("gpu-operator", "network-operator"),
                                    ("network-operator", "gpu-operator")])
 def test_operator_upgrades_network_first(order: tuple[str, str]) -> None:
-    lines = runbook(Diff([_release(n) for n in order]))
+    # A new GPU Operator release brings its driver DaemonSet: its upgrade controller takes the
+    # GPU nodes as driver.upgradePolicy says. DOCA-OFED on the hosts (no NicClusterPolicy
+    # ofedDriver) leaves the Network Operator nothing to drain.
+    policy = {"autoUpgrade": True, "maxParallelUpgrades": 1, "drain": {"enable": True}}
+    new_inputs = {"urn:x::gpu-operator": {"values": {"driver": {"upgradePolicy": policy}}},
+                  "urn:x::gpu-node-00-reboot": {}, "urn:x::gpu-node-01-reboot": {}}
+    lines = runbook(Diff([_release(n) for n in order]), new_inputs=new_inputs)
     assert first(lines, "upgrade network-operator") < first(lines, "upgrade gpu-operator")
-    assert "one node at a time" in lines[first(lines, "upgrade gpu-operator")]
+    assert ("the GPU Operator updates 2 GPU nodes (gpu-node-00, gpu-node-01) 1 at a time: on "
+            "each drains it") in lines[first(lines, "upgrade gpu-operator")]
+    assert "DOCA-OFED is the hosts' own (no driver container), so no node is drained" in lines[
+        first(lines, "upgrade network-operator")]
 
 
 @pytest.mark.slow

@@ -45,10 +45,11 @@ def edit_credentials(project: Path, **changes: object) -> None:
     stack.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def preview(project: Path) -> tuple[list[str], list[str], dict[str, str]]:
-    """(impact lines, runbook steps, {resource name: action}) of a preview of the edited copy."""
+def preview(project: Path, status: int = 0) -> tuple[list[str], list[str], dict[str, str]]:
+    """(impact lines, runbook steps, {resource name: action}) of a preview of the edited copy,
+    which exits with `status`."""
     proc = run_offline(project, "preview")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == status, proc.stdout + proc.stderr
     out = proc.stdout.splitlines()
     impact = out[:out.index(next(x for x in out if x.startswith("Policy report")))]
     steps = [line.split(". ", 1)[1] for line in
@@ -99,13 +100,21 @@ def test_swapping_to_an_authorised_key_reruns_every_ssh_command(project: Path) -
     assert steps[0].startswith(f"SSH key rotation {old} -> {new}: `pulumi up` logs in with the "
                                f"new key and re-runs every command that holds it "
                                f"({len(everyone)} commands on 11 hosts)")
+    # Only how the commands log in changes, not what they run: no host preparation step, no
+    # opensm restart, no kubelet roll (which would drain every node), no fabric test after.
+    assert steps == steps[:1]
+    runbook = (project / "build/prod/runbook.txt").read_text()
+    for unasked in ("drain", "opensm", "kubelet", "NCCL", "afterwards"):
+        assert unasked not in runbook, unasked
+    assert "nodes drained: 0" in "\n".join(impact)
 
 
 @pytest.mark.slow
 def test_swapping_to_a_key_no_host_authorises_is_refused(project: Path) -> None:
     baseline(project)
     edit_credentials(project, sshPublicKey=NEW_KEY)
-    impact, steps, _ = preview(project)
+    # Refused: the preview fails (exit 4), so a CI gate on it stops the change.
+    impact, steps, _ = preview(project, status=4)
     assert impact[1] == (f"  SSH key rotation {fingerprint(PROD_KEY)} -> {fingerprint(NEW_KEY)}: "
                          "REFUSED, no host authorises the new key yet (authorise it first)")
     assert steps[0].startswith("REFUSED SSH key rotation")
