@@ -260,7 +260,7 @@ def classify(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
               if p not in texts and (d := text_diff(_value_at(olds, p), _value_at(news, p))
                                      or _secret_diff(_value_at(olds, p), _value_at(news, p)))}
     values = {p: (o, n) for p in paths
-              if _scalar(o := _value_at(olds, p)) and _scalar(n := _value_at(news, p))}
+              if _one_line(o := _value_at(olds, p)) and _one_line(n := _value_at(news, p))}
     for p in paths:
         # A text with a secret in it (a subnet manager's config with its keys) is secret as a
         # whole to the engine: the CLI shows only that it changed.
@@ -273,6 +273,17 @@ def _scalar(value: Any) -> bool:
     """One line's worth: not a mapping, a list or a multi-line text (those get `text_diffs`)."""
     return value is None or isinstance(value, bool | int | float) or (
         isinstance(value, str) and "\n" not in value)
+
+
+def _one_line(value: Any) -> bool:
+    """A scalar, or a small mapping or list (an added list element: a HyperNode's member, a
+    toleration) that reads in one line as JSON."""
+    if _scalar(value):
+        return True
+    if not isinstance(value, dict | list):
+        return False
+    text = json.dumps(value, ensure_ascii=False)
+    return len(text) <= VALUE_CHARS and "\\n" not in text
 
 
 def _secret_diff(old: Any, new: Any) -> list[str]:
@@ -310,10 +321,13 @@ class Diff:
     # Rendered files that stay as they are: they show a value unknown (rendered on a first
     # preview) that the program now computes from the same deployed outputs (_known_since).
     settled: dict[str, str] = field(default_factory=dict)
+    # Resources whose dependencies alone change: no update, but `pulumi up` orders them (and
+    # a later delete) differently. name -> (dependencies added, dependencies dropped)
+    reordered: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not self.changes and not self.unreadable and not self.reformatted
+        return not (self.changes or self.unreadable or self.reformatted or self.reordered)
 
     def counts(self) -> dict[str, int]:
         out = {a: 0 for a in ("create", "update", "replace", "delete")}
@@ -363,6 +377,7 @@ def diff_trees(old_files: Mapping[str, str], new_files: Mapping[str, str],
     changes: list[Change] = []
     reformatted: list[str] = []
     settled: dict[str, str] = {}
+    reordered: dict[str, tuple[list[str], list[str]]] = {}
     for urn in sorted(set(old_docs) | set(new_docs)):
         old = old_docs.get(urn)
         new = new_docs.get(urn)
@@ -374,12 +389,23 @@ def diff_trees(old_files: Mapping[str, str], new_files: Mapping[str, str],
         elif (old and new and old[0] == new[0] and old[1] != new[1]
               and _keep_unknown(old[1], new[1]) == old[1]):
             settled[old[0]] = old_files[old[0]]
+        elif old and new and (deps := _dependencies_changed(old[1], new[1])):
+            reordered[new[1]["name"]] = deps
         elif old and new:
             # Same resource, same content, different file text or place: only `--render`
             # output would differ, which check-rendered must still catch.
             reformatted.append(new[0] if old[0] == new[0] else f"{old[0]} -> {new[0]}")
     changes.sort(key=Change.sort_key)
-    return Diff(changes, unreadable, reformatted, settled)
+    return Diff(changes, unreadable, reformatted, settled, reordered)
+
+
+def _dependencies_changed(old: Mapping[str, Any], new: Mapping[str, Any]
+                          ) -> tuple[list[str], list[str]] | None:
+    """(added, dropped) dependencies by name, when they differ."""
+    def names(doc: Mapping[str, Any]) -> set[str]:
+        return {u.rpartition("::")[2] for u in (doc.get("options") or {}).get("dependsOn") or []}
+    before, after = names(old), names(new)
+    return (sorted(after - before), sorted(before - after)) if before != after else None
 
 
 def _keep_unknown(old: Any, new: Any) -> Any:
@@ -488,6 +514,14 @@ def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> 
         lines.extend(_format_group(other, path_limit, fold))
     for path in diff.unreadable:
         lines.append(f"  ?? unreadable rendered file (no urn): {path}")
+    if diff.reordered:
+        lines.append(f"Dependencies only ({len(diff.reordered)}: no update; `pulumi up` orders "
+                     "them by these):")
+        for name, (added, dropped) in sorted(diff.reordered.items())[:fold]:
+            lines.append(f"   ~ {name}: " + ", ".join([*(f"+{d}" for d in added),
+                                                     *(f"-{d}" for d in dropped)]))
+        if len(diff.reordered) > fold:
+            lines.append(f"   … and {len(diff.reordered) - fold} more")
     if diff.reformatted:
         lines.append(f"{len(diff.reformatted)} files differ only in formatting or location, "
                      f"e.g. {diff.reformatted[0]}")
@@ -496,7 +530,8 @@ def format_diff(diff: Diff, label: str, path_limit: int = 20, fold: int = 8) -> 
 
 def diff_json(diff: Diff) -> str:
     """`[{action, type, name, layer, urn, paths, replaceBecause, textDiffs, values}]`, sorted;
-    `values`: `{path: {"old": …, "new": …}}` for changed scalars (null: absent)."""
+    `values`: `{path: {"old": …, "new": …}}` for changed values that read in one line: scalars
+    and small mappings or lists (null: absent)."""
     rows = [{"action": c.action, "type": c.type, "name": c.name, "layer": c.layer,
              "urn": c.urn, "paths": c.paths, "replaceBecause": c.replace_because,
              "textDiffs": c.text_diffs,

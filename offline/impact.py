@@ -11,12 +11,25 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .diff import Diff
-from .operators import operator_rollouts
+from .operators import OperatorRollout, operator_rollouts
+from .replacements import (
+    HcaSwap,
+    SwitchSwap,
+    by_host,
+    hca_link,
+    host_role,
+    replaced_boards,
+    replaced_hcas,
+    replaced_switches,
+)
+from .rotations import Rotation, secret_rotations
 from .runbook import (
     CableMove,
+    Cabling,
     batch_words,
     cable_moves,
     cabling,
@@ -24,7 +37,6 @@ from .runbook import (
     joined_hosts,
     kubernetes_upgrade,
     rebooted_hosts,
-    secret_rotations,
     switch_changes,
     upgrade_lanes,
     upgrade_refused,
@@ -50,6 +62,18 @@ def _acceptance_test(urn: str, new_inputs: Mapping[str, Mapping[str, Any]] | Non
     return labels.get("app.kubernetes.io/component") == "nccl-test"
 
 
+# What a new board means, by the host's role (offline/replacements.py host_role).
+_BOARD = {
+    "gpu-node": ": drained and powered off for the swap; its fabric links are down until it is "
+                "back",
+    "host": ": drained and powered off for the swap",
+    "sm-host": ", a subnet manager's host: not a Kubernetes node (nothing drained); its fabric "
+               "link is down until it is back, and the other subnet manager is master meanwhile",
+    "control-plane": ", a control plane: powered off for the swap (etcd snapshot and "
+                     "certificates saved first)",
+}
+
+
 def refusals(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
              ) -> list[str]:
     """The changes `pulumi up` must not be let to make, each with why: the impact marks them
@@ -64,100 +88,182 @@ def refusals(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = No
     return out
 
 
-def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
-    """A short verdict, or one line saying nothing physical changes."""
+@dataclass
+class _Effects:
+    """What a diff does to hardware and running work, read once (the runbook's readers)."""
+
+    work: Cabling
+    racked: list[str]
+    retired: list[str]
+    drained: list[str]  # by the stack, for re-cabling, a board or a removal
+    rebooted: list[str]
+    rollouts: list[OperatorRollout]
+    swaps: list[HcaSwap]
+    boards: dict[str, str]  # host -> its role
+    switches_swapped: list[SwitchSwap]
+    upgrade: tuple[str, str, str] | None
+    upgrading: bool  # an upgrade `pulumi up` runs (not one the skew policy refuses)
+    lanes: dict[str, list[list[str]]]
+    control_planes: list[str]  # upgraded, each drained in turn
+    rotations: list[Rotation]
+    joining: list[str]
+    resubmitted: list[str]
+    retested: list[str]
+    stopped: list[str]
+
+    @property
+    def by_operator(self) -> list[str]:
+        return sorted({h for r in self.rollouts for h in r.drained})
+
+    def __bool__(self) -> bool:
+        w = self.work
+        return bool(w.moved or w.recabled or w.pulled or w.plugged or self.racked
+                    or self.retired or self.drained or self.rebooted or self.upgrade
+                    or self.rotations or self.resubmitted or self.retested or self.stopped
+                    or self.rollouts or self.swaps or self.boards or self.switches_swapped)
+
+
+def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Effects:
     changes = diff.changes
-    work = cabling(cable_moves(changes, new_inputs))
     switches = switch_changes(changes)
-    racked = sorted(sw for sw, a in switches.items() if a == "create")
-    retired = sorted(sw for sw, a in switches.items() if a == "delete")
-    drained = drained_hosts(changes, new_inputs)
-    rebooted = rebooted_hosts(changes)
-    rollouts = operator_rollouts(changes, new_inputs)
-    by_operator = sorted({h for r in rollouts for h in r.drained})
     upgrade = kubernetes_upgrade(changes)
-    # An upgrade `pulumi up` runs (not one the skew policy refuses), batch by batch.
     upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
-    lanes = upgrade_lanes(new_inputs) if upgrading else {}
-    rotations = secret_rotations(changes, new_inputs)
     jobs = [c for c in changes if c.type in JOB_TYPES]
     tests = {c.name for c in jobs if _acceptance_test(c.urn, new_inputs)}
-    resubmitted = sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests)
-    retested = sorted(c.name for c in jobs if c.action == "replace" and c.name in tests)
-    stopped = sorted(c.name for c in jobs if c.action == "delete")
-    if not (work.moved or work.recabled or work.pulled or work.plugged or racked or retired
-            or drained or rebooted or upgrade or rotations or resubmitted or retested or stopped
-            or rollouts):
+    return _Effects(
+        work=cabling(cable_moves(changes, new_inputs)),
+        racked=sorted(sw for sw, a in switches.items() if a == "create"),
+        retired=sorted(sw for sw, a in switches.items() if a == "delete"),
+        drained=drained_hosts(changes, new_inputs), rebooted=rebooted_hosts(changes),
+        rollouts=operator_rollouts(changes, new_inputs), swaps=replaced_hcas(changes),
+        boards={h: host_role(h, new_inputs) for h in replaced_boards(changes)},
+        switches_swapped=replaced_switches(changes, new_inputs),
+        upgrade=upgrade, upgrading=upgrading,
+        lanes=upgrade_lanes(new_inputs) if upgrading else {},
+        control_planes=upgraded_control_planes(changes) if upgrading else [],
+        rotations=secret_rotations(changes, new_inputs), joining=joined_hosts(changes),
+        resubmitted=sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests),
+        retested=sorted(c.name for c in jobs if c.action == "replace" and c.name in tests),
+        stopped=sorted(c.name for c in jobs if c.action == "delete"))
+
+
+def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """A short verdict, or one line saying nothing physical changes."""
+    e = _effects(diff, new_inputs)
+    if not e:
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
-    lines = ["Impact on hardware and running work:"]
-    for r in rotations:
+    lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs)]
+    moved, new, pulled = e.work.existing_links_moved, e.work.plugged, e.work.pulled
+    lines.append(
+        f"  existing links moved: {moved}"
+        + (" (the fabric is re-cabled: every host on them is drained)" if moved else ""))
+    lines.append(f"  cables to plug: {len(new)}" + (f" ({_cables(new, 'new')})" if new else "")
+                 + f"; to pull: {len(pulled)}"
+                 + (f" ({_cables(pulled, 'old')})" if pulled else ""))
+    if e.racked or e.retired:
+        lines.append(f"  switches: rack {len(e.racked)}"
+                     + (f" ({_span(e.racked)})" if e.racked else "")
+                     + f", retire {len(e.retired)}"
+                     + (f" ({_span(e.retired)})" if e.retired else ""))
+    lines.append(_drain_line(e))
+    if e.joining:
+        lines.append(f"  nodes added: {len(e.joining)} ({_span(e.joining)})")
+    if e.resubmitted:
+        lines.append(f"  jobs resubmitted: {len(e.resubmitted)} ({_span(e.resubmitted)}): "
+                     "their pods restart; training resumes from its last checkpoint")
+    if e.retested:
+        lines.append(f"  acceptance test runs again: {_span(e.retested)} (queued until its GPU "
+                     "nodes are free)")
+    if e.stopped:
+        lines.append(f"  jobs stopped: {len(e.stopped)} ({_span(e.stopped)})")
+    if e.rebooted:
+        lines.append(f"  planned reboots: {len(e.rebooted)} ({_span(e.rebooted)}), one cluster "
+                     "member at a time")
+    return [*lines, _outage(e)]
+
+
+def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | None
+                  ) -> list[str]:
+    """Rotations, the Kubernetes upgrade, operators' roll-outs, new boards and HCAs."""
+    lines = []
+    for r in e.rotations:
         where = f" on {len(r.hosts)} hosts" if r.hosts else ""
         lines.append(f"  {r.secret} rotation {r.old} -> {r.new}: " + (
             "REFUSED, no host authorises the new key yet (authorise it first)"
             if r.unauthorised else
             f"{len(r.commands)} commands re-run{where} with the new secret"))
-    if upgrade:
-        old_version, new_version, _ = upgrade
+    if e.upgrade:
+        old_version, new_version, _ = e.upgrade
         lines.append(f"  Kubernetes {old_version} -> {new_version}: " + (
             "`pulumi up` runs kubeadm's upgrade: the control plane, then the GPU nodes "
-            f"{batch_words(lanes)}, each drained" if upgrading
+            f"{batch_words(e.lanes)}, each drained" if e.upgrading
             else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))
-    lines += [f"  {r.line()}" for r in rollouts]
-    moved = work.existing_links_moved
-    lines.append(
-        f"  existing links moved: {moved}"
-        + (" (the fabric is re-cabled: every host on them is drained)" if moved else ""))
-    new, pulled = work.plugged, work.pulled
-    lines.append(f"  cables to plug: {len(new)}" + (f" ({_cables(new, 'new')})" if new else "")
-                 + f"; to pull: {len(pulled)}"
-                 + (f" ({_cables(pulled, 'old')})" if pulled else ""))
-    if racked or retired:
-        lines.append(f"  switches: rack {len(racked)}" + (f" ({_span(racked)})" if racked else "")
-                     + f", retire {len(retired)}" + (f" ({_span(retired)})" if retired else ""))
-    if upgrading:
-        # Every member, in turn, for its kubelet (the GPU nodes by batch, after the control
-        # plane).
-        drained = sorted(set(drained) | {h for lane in lanes.values() for b in lane for h in b}
-                         | set(upgraded_control_planes(changes)))
-    # Each planned reboot drains its node first (the reboot chain's drain); an operator drains
-    # the GPU nodes it updates.
-    why = [w for w, hosts in (("for the upgrade", upgrading and drained),
-                              ("before its reboot", rebooted),
-                              ("by the operator updating its driver", by_operator)) if hosts]
-    drained = sorted(set(drained) | set(rebooted) | set(by_operator))
-    lines.append(f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
-                 + (f", each in turn {' or '.join(why)}" if why else ""))
-    joining = joined_hosts(changes)
-    if joining:
-        lines.append(f"  nodes added: {len(joining)} ({_span(joining)})")
-    if resubmitted:
-        lines.append(f"  jobs resubmitted: {len(resubmitted)} ({_span(resubmitted)}): their pods "
-                     "restart; training resumes from its last checkpoint")
-    if retested:
-        lines.append(f"  acceptance test runs again: {_span(retested)} (queued until its GPU "
-                     "nodes are free)")
-    if stopped:
-        lines.append(f"  jobs stopped: {len(stopped)} ({_span(stopped)})")
-    if rebooted:
-        lines.append(f"  planned reboots: {len(rebooted)} ({_span(rebooted)}), one cluster "
-                     "member at a time")
-    if upgrading:
-        lines.append("  outage: each node's jobs are evicted in turn; the control plane's API "
-                     "blips while it upgrades")
-    elif moved or (drained and not (rebooted or by_operator)):
-        lines.append("  outage: running jobs on the drained nodes are evicted; plan a "
-                     "maintenance window" + (" for the re-cabling" if moved else ""))
-    elif drained:
+    lines += [f"  {r.line()}" for r in e.rollouts]
+    lines += [f"  board replaced: {h}{_BOARD[role]}" for h, role in sorted(e.boards.items())]
+    for w in e.switches_swapped:
+        lines.append(
+            f"  switch replaced: {w.switch} (GUID {w.old} -> {w.new}): its {len(w.ports)} links "
+            f"are down while it is swapped: rails {', '.join(map(str, w.rails))} of "
+            f"{len(w.nodes)} GPU nodes ({_span(list(w.nodes))})"
+            + (f", the subnet-manager link of {', '.join(w.others)}" if w.others else "")
+            + f", {w.uplinks} uplinks; its nodes are drained first")
+    for host, cards in by_host(e.swaps).items():
+        rails = ", ".join(f"rail {s.rail} ({s.hca}) {s.old} -> {s.new}" for s in cards)
+        links = ", ".join(hca_link(s, new_inputs) for s in cards)
+        lines.append(f"  HCA replaced: {host} {rails}: {host} is drained and powered off for "
+                     f"the swap; its link{'s' * (len(cards) > 1)} ({links}) "
+                     f"{'are' if len(cards) > 1 else 'is'} down until it is back")
+    return lines
+
+
+def _drain_line(e: _Effects) -> str:
+    """Every node drained, and by what: an upgrade (each member in turn, the GPU nodes by
+    batch after the control plane), a planned reboot (the chain's drain), an operator updating
+    its driver, an HCA swap, or the stack for cables and boards."""
+    upgraded = {h for lane in e.lanes.values() for b in lane for h in b} | set(e.control_planes)
+    swapped = {s.host for s in e.swaps}
+    on_switch = {h for w in e.switches_swapped for h in w.nodes}
+    why = [w for w, hosts in (("for the upgrade", e.upgrading and (e.drained or upgraded)),
+                              ("before its reboot", e.rebooted),
+                              ("by the operator updating its driver", e.by_operator),
+                              ("for its HCA swap", swapped),
+                              ("for the switch swap", on_switch)) if hosts]
+    drained = sorted(set(e.drained) | upgraded | set(e.rebooted) | set(e.by_operator) | swapped
+                     | on_switch)
+    # Upgrades, reboots and operators take one node (or batch) at a time; a swap drains its
+    # nodes together.
+    in_turn = len(drained) > 1 and bool(set(why) & {"for the upgrade", "before its reboot",
+                                                    "by the operator updating its driver"})
+    return (f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
+            + (f",{' each in turn' * in_turn} {' or '.join(why)}" if why else ""))
+
+
+def _outage(e: _Effects) -> str:
+    """What running work sees."""
+    control_planes = [h for h, role in e.boards.items() if role == "control-plane"]
+    if control_planes:
+        return (f"  outage: the Kubernetes API is down while {', '.join(control_planes)} is "
+                "swapped, if it is the only control plane (running pods keep running; nothing "
+                "new starts)")
+    if e.upgrading:
+        return ("  outage: each node's jobs are evicted in turn; the control plane's API blips "
+                "while it upgrades")
+    moved = e.work.existing_links_moved
+    if moved or e.drained or e.swaps or e.switches_swapped:
+        return ("  outage: running jobs on the drained nodes are evicted; plan a maintenance "
+                "window" + (" for the re-cabling" if moved else ""))
+    if e.rebooted or e.by_operator:
         how = [h for h, hosts in (
             ("a node drained for its reboot has its jobs evicted (a training gang restarts "
-             "from its last checkpoint)", rebooted),
-            ("the operator takes a node only as its upgrade policy above says", by_operator))
+             "from its last checkpoint)", e.rebooted),
+            ("the operator takes a node only as its upgrade policy above says", e.by_operator))
             if hosts]
-        lines.append(f"  outage: one node at a time leaves service; {'; '.join(how)}; serving "
-                     "keeps its other replicas")
-    elif resubmitted or stopped:
-        lines.append("  outage: the jobs above restart or stop; other running work carries on")
-    else:
-        lines.append("  outage: none expected" + (" (new links and hosts only)"
-                                                  if new or racked or not rotations else ""))
-    return lines
+        return (f"  outage: one node at a time leaves service; {'; '.join(how)}; serving keeps "
+                "its other replicas")
+    if e.resubmitted or e.stopped:
+        return "  outage: the jobs above restart or stop; other running work carries on"
+    if e.boards:  # a subnet manager's host alone
+        return ("  outage: none for running work: the fabric keeps a master subnet manager "
+                "throughout")
+    return "  outage: none expected" + (" (new links and hosts only)" if e.work.plugged
+                                        or e.racked or not e.rotations else "")

@@ -14,11 +14,24 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from types import ModuleType
 from typing import Any
 
+from .conventions import ports as _ports
+from .conventions import span as _span
+from .conventions import suffix as _suffix
 from .diff import Change, Diff
 from .operators import operator_rollouts
+from .replacements import (
+    board_steps,
+    hca_steps,
+    management_mac,
+    replaced_boards,
+    replaced_hcas,
+    replaced_switches,
+    sm_roles,
+    switch_swap_steps,
+)
+from .rotations import Rotation, rotation_steps, secret_rotations
 
 # Operators whose upgrade touches drivers on every GPU node, in the safe order: the network
 # stack (DOCA/OFED) first, the GPU driver (which builds GPUDirect on it) second.
@@ -33,18 +46,6 @@ class CableMove:
     new: str | None  # what it must be cabled to, None if it must be free
     old_cable: str | None
     new_cable: str | None
-
-
-def _ports() -> ModuleType:
-    """The stack's port-description format (components/planning/port_descriptions.py), imported
-    only once a diff holds a switch's port map: the preview runs on projects without one."""
-    from components.planning import port_descriptions
-
-    return port_descriptions
-
-
-def _suffix(name: str, suffix: str) -> str | None:
-    return name[: -len(suffix)] if name.endswith(suffix) else None
 
 
 def _switch(ch: Change) -> str | None:
@@ -94,10 +95,6 @@ def _once_per_cable(moves: list[CableMove]) -> list[CableMove]:
             seen.add(key)
         out.append(mv)
     return out
-
-
-def _span(hosts: list[str]) -> str:
-    return f"{hosts[0]} … {hosts[-1]}"
 
 
 def _hosts(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
@@ -344,11 +341,16 @@ def cabling(moves: list[CableMove]) -> Cabling:
         recabled=[mv for mv in moves if mv.old and mv.new])
 
 
-def _cabling_steps(moves: list[CableMove], switches: Mapping[str, str]) -> list[str]:
+def _cabling_steps(moves: list[CableMove], switches: Mapping[str, str],
+                   roles: Mapping[str, str]) -> list[str]:
     """New switches racked and powered before anything is plugged into them; retired links
-    pulled first (freeing ports), then moves, re-cables and new links; a retired switch goes
-    once its cables are out."""
+    pulled first (freeing ports), then moves (a standby subnet manager's first, the master's
+    last, as their own steps say), re-cables and new links; a retired switch goes once its
+    cables are out."""
     work = cabling(moves)
+    rank = {"standby": 0, "master": 2}
+    work.moved.sort(key=lambda ab: rank.get(roles.get((ab[0].old or "").split(" ")[0], ""), 1))
+    work.recabled.sort(key=lambda mv: rank.get(roles.get((mv.old or "").split(" ")[0], ""), 1))
     steps = [f"rack and power new switch {sw} (before any cable is plugged into it)"
              for sw, action in sorted(switches.items()) if action == "create"]
     steps += [f"pull   {mv.switch} port {mv.port} <-> {mv.old}  [{mv.old_cable}]"
@@ -368,12 +370,11 @@ def _sm_cable_steps(moves: list[CableMove],
                     new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """Subnet-manager hosts whose cable moves: not Kubernetes nodes (nothing to drain), but the
     fabric's master or standby; the standby's cable first, the master's last."""
-    scripts = {h: str(inputs.get("stdin", "")) for urn, inputs in (new_inputs or {}).items()
-               if (h := _suffix(urn.rpartition("::")[2], "-opensm")) is not None}
+    roles = sm_roles(new_inputs)
     peers = {m.split(" ")[0] for mv in moves for m in (mv.old, mv.new) if m}
-    master = {h for h, text in scripts.items() if "not MASTER;" in text}
+    master = {h for h, role in roles.items() if role == "master"}
     steps = []
-    for h in sorted(peers & set(scripts), key=lambda h: (h in master, h)):
+    for h in sorted(peers & set(roles), key=lambda h: (h in master, h)):
         role = "master" if h in master else "standby"
         then = ("move it last, once the standby is back in STANDBY (sminfo): the standby takes "
                 "over while it is unplugged" if h in master else
@@ -398,52 +399,6 @@ def _reboot_step(hosts: list[str]) -> str:
         "maintenance window")
 
 
-def replaced_boards(changes: Iterable[Change]) -> list[str]:
-    """Hosts whose SSH host key changes while their address stays: a new board (or a
-    reinstalled OS) behind the same name, read from their `<host>-prepare` connection."""
-    out = []
-    for c in changes:
-        host = _suffix(c.name, "-prepare")
-        lines = c.text_diffs.get("connection", []) if c.action == "update" else []
-        if host and any(ln.startswith("-hostKey: ") for ln in lines) \
-                and any(ln.startswith("+hostKey: ") for ln in lines) \
-                and not any(ln.startswith("+host: ") for ln in lines):
-            out.append(host)
-    return sorted(out)
-
-
-def _board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None,
-                 stack: str) -> list[str]:
-    """A board replaced behind the same name: drain, swap, re-seat every cable where it was
-    (by switch port), then `pulumi up` re-applies what is done once per board, then checks."""
-    steps = []
-    for host in hosts:
-        ports = sorted(
-            (peer[1], sw, port)
-            for urn, inputs in (new_inputs or {}).items()
-            if (sw := _suffix(urn.rpartition("::")[2], "-config")) is not None
-            for port, desc in _ports().port_descriptions(str(inputs.get("stdin", ""))).items()
-            if (peer := _ports().hca_peer(desc)) is not None and peer[0] == host)
-        seats = "; ".join(f"rail {rail}: {sw} port {port}" for rail, sw, port in ports)
-        prepare = str((new_inputs or {}).get(next(
-            (u for u in new_inputs or {} if u.endswith(f"::{host}-prepare")), ""), {}).get(
-            "stdin", ""))
-        mac = re.search(r'^MANAGEMENT_MAC="([^"]+)"$', prepare, re.M)
-        dhcp = (f"; its management MAC is now {mac.group(1)}: load build/{stack}/network/"
-                "dhcp-hosts into the management network's DHCP/PXE server before power-on"
-                if mac else "")
-        steps.append(
-            f"board replacement of {host} (its SSH host key changes in the inventory{dhcp}): "
-            f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data; power it off, "
-            f"swap the board, re-seat its cables exactly where they were ({seats or 'none'}); "
-            "power it on with DGX OS. `pulumi up` then re-applies its BMC settings, prepares it "
-            "(a planned "
-            "reboot if needed) and joins it with a fresh token. Check `ibstat` port GUIDs "
-            f"against the inventory and `make verify-fabric STACK={stack}`, then kubectl "
-            f"uncordon {host}")
-    return steps
-
-
 def switch_changes(changes: Iterable[Change]) -> dict[str, str]:
     """switch -> the action on its port map (create: a new switch, delete: a retired one)."""
     return {sw: c.action for c in changes if (sw := _switch(c)) is not None}
@@ -465,7 +420,7 @@ def drained_hosts(changes: Iterable[Change],
     members = _members(new_inputs)
     peers = {m.split(" ")[0] for mv in cable_moves(changes, new_inputs)
              for m in (mv.old, mv.new) if m}
-    moved = {h for h in peers if h in members} | set(replaced_boards(changes))
+    moved = {h for h in peers | set(replaced_boards(changes)) if h in members}
     decommissioning = set(_hosts(changes, "-decommission", "create"))
     return sorted(set(leaving) | decommissioning | (moved - set(joining)))
 
@@ -481,135 +436,6 @@ def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
     joining = set(_hosts(changes, "-kubeadm-join", "create"))
     return sorted(h for h in _hosts(changes, "-reboot", "create")
                   + _hosts(changes, "-reboot", "replace") if h not in joining)
-
-
-# Where a secret sits in a command's inputs → the secret (offline/stackconfig.SECRET_IDENTITIES).
-_SECRET_FIELDS = {"privateKey": "SSH key", "password": "switch password",
-                  "BMC_PASSWORD": "BMC password"}
-_SECRET_LINE = re.compile(r"^([-+])(?:.*\.)?(\w+): \[secret ([^\]]+)\]$")
-_SECRET_TEXT = re.compile(r"^([-+])\[secret ([^\]]+)\]$")
-# Secrets a script embeds, shown in it as "[secret <key> <identity>]": key → the secret.
-_SECRET_IN_TEXT = re.compile(r"\[secret (\w+) (version \d+|SHA256:[A-Za-z0-9+/]{43})\]")
-_EMBEDDED_SECRETS = {"fabricMKey": "subnet-manager keys", "fabricSmKey": "subnet-manager keys",
-                     "fabricSaKey": "subnet-manager keys"}
-
-
-@dataclass(frozen=True)
-class Rotation:
-    """A secret the config now names differently: every command holding it re-runs."""
-
-    secret: str  # "SSH key", "switch password", "BMC password"
-    old: str
-    new: str
-    commands: tuple[str, ...]
-    hosts: tuple[str, ...]
-    # SSH key only: no host authorised the new key before this change (its ssh-keys script
-    # gains it now), so every command would fail to log in.
-    unauthorised: bool = False
-
-
-def secret_rotations(changes: Iterable[Change],
-                     new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[Rotation]:
-    """The secrets whose identity (`credentials`) changes, with the commands that re-run."""
-    found: dict[str, dict[str, Any]] = {}
-    for c in changes:
-        if c.action not in ("update", "replace"):
-            continue
-        for path, lines in c.text_diffs.items():
-            for line in lines:
-                m = _SECRET_LINE.match(line)
-                field, sign, ident = ((m.group(2), m.group(1), m.group(3)) if m else
-                                      (path.rpartition(".")[2], *_text_secret(line)))
-                named = [(_EMBEDDED_SECRETS.get(k), i) for k, i in _SECRET_IN_TEXT.findall(line)]
-                if ident is None and named and line[:1] in "+-":
-                    sign, (secret, ident) = line[0], named[0]
-                else:
-                    secret = _SECRET_FIELDS.get(field)
-                if secret is None or ident is None:
-                    continue
-                entry = found.setdefault(secret, {"-": set(), "+": set(), "cmds": set(),
-                                                  "hosts": set()})
-                entry[sign].add(ident)
-                entry["cmds"].add(c.name)
-                host = _connection_host(c.urn, new_inputs)
-                if host:
-                    entry["hosts"].add(host)
-    added = {fingerprint_of(line[1:]) for c in changes if _suffix(c.name, "-ssh-keys")
-             for line in _added_lines(c.text_diffs.get("stdin", []))}
-    out = []
-    for secret, e in sorted(found.items()):
-        if len(e["-"]) != 1 or len(e["+"]) != 1:
-            continue
-        old, new = next(iter(e["-"])), next(iter(e["+"]))
-        out.append(Rotation(secret, old, new, tuple(sorted(e["cmds"])), tuple(sorted(e["hosts"])),
-                            unauthorised=secret == "SSH key" and new in added))
-    return out
-
-
-def _text_secret(line: str) -> tuple[str, str | None]:
-    m = _SECRET_TEXT.match(line)
-    return (m.group(1), m.group(2)) if m else ("", None)
-
-
-def _added_lines(lines: list[str]) -> set[str]:
-    """Lines a text diff adds that it does not also remove (a moved line is not new)."""
-    removed = {x[1:] for x in lines if x.startswith("-")}
-    return {x for x in lines if x.startswith("+") and x[1:] not in removed}
-
-
-def fingerprint_of(line: str) -> str | None:
-    # Imported here: the program's own `components` package is the first this process imports.
-    from components.planning.ssh_keys import fingerprint
-
-    try:
-        return fingerprint(line)
-    except (IndexError, ValueError):
-        return None
-
-
-def _connection_host(urn: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    conn = (new_inputs or {}).get(urn, {}).get("connection")
-    return str(conn.get("host", "")) if isinstance(conn, dict) else ""
-
-
-def _rotation_steps(rotations: list[Rotation]) -> list[str]:
-    steps = []
-    for r in rotations:
-        where = f"{len(r.commands)} commands on {len(r.hosts)} hosts" if r.hosts else \
-            f"{len(r.commands)} commands"
-        if r.unauthorised:
-            steps.append(
-                f"REFUSED SSH key rotation {r.old} -> {r.new}: no host authorises the new key "
-                "yet, so every command would fail to log in. Do not apply this change: first "
-                "add the new public key to credentials.sshAuthorizedKeys alone and apply (each "
-                "<host>-ssh-keys command authorises it), then change credentials.sshPublicKey "
-                "and the sshPrivateKey secret together")
-        elif r.secret == "SSH key":
-            steps.append(
-                f"SSH key rotation {r.old} -> {r.new}: `pulumi up` logs in with the new key "
-                f"and re-runs every command that holds it ({where}); each is idempotent (a "
-                "host already prepared, joined or booted is left as it is), so allow the time "
-                "of a full re-run. The ssh-keys commands drop a key no longer listed: keep the "
-                "old one in credentials.sshAuthorizedKeys for this apply and drop it in the next "
-                "change if anything else might still use it")
-        elif r.secret == "subnet-manager keys":
-            steps.append(
-                f"subnet-manager keys rotation ({r.old} -> {r.new}), in a maintenance window: "
-                "`pulumi up` restarts opensm with the new keys, the standby first. Until the "
-                "master restarts the two hold different SM_Keys and ignore each other (the "
-                "standby reports MASTER too and logs M_Key violations: the ports refuse its "
-                "Sets), then the master moves every port to the new M_Key, authenticating with "
-                "the old one from its guid2mkey cache (/var/cache/opensm: keep it). Afterwards "
-                "`sminfo` on each SM host: one MASTER, the others STANDBY")
-        else:
-            device = "switch" if r.secret == "switch password" else "BMC"
-            how = ("its CLI: username <fabric.switchUser> password …" if device == "switch"
-                   else "Redfish AccountService (or the BMC's web console)")
-            steps.append(
-                f"{r.secret} rotation ({r.old} -> {r.new}): set the new password on every "
-                f"{device} first, by {how}, and the secret in the CI environment; `pulumi up` "
-                f"then re-runs the {where} that log in with it (idempotent)")
-    return steps
 
 
 @dataclass
@@ -645,23 +471,28 @@ class _Work:
                     or self.rehosted or self.fabric_touched)
 
 
-# What a command logs in with: a rotation changes these, not the machine or what runs on it.
-_CREDENTIALS = ("privateKey: ", "password: ")
+# What a command logs in with: a rotation or a new board behind the same address changes these,
+# not what the command runs or where.
+_LOGIN = ("privateKey: ", "password: ", "hostKey: ")
 
 
-def credentials_only(change: Change) -> bool:
-    """An update of only the key or password a command logs in with, not of what it runs or
-    where (a new host key or address is another machine: a board swap, a move): it re-runs the
-    same script, so it asks for no step beyond the rotation's own."""
+def login_only(change: Change) -> bool:
+    """An update of only how a command logs in (the key or password it uses, the host key it
+    expects), not of what it runs or where: it re-runs the same script, so it asks for no step
+    beyond the rotation's or the board's own. (A host's preparation with a new host key is
+    where a board swap is read from: it stays.)"""
     lines = [ln for ln in change.text_diffs.get("connection", []) if ln[:1] in ("-", "+")]
-    return change.action == "update" and change.paths == ["connection"] and bool(lines) and all(
-        ln[1:].startswith(_CREDENTIALS) for ln in lines)
+    board = _suffix(change.name, "-prepare") and any(ln[1:].startswith("hostKey: ")
+                                                      for ln in lines)
+    return (change.action == "update" and change.paths == ["connection"] and bool(lines)
+            and all(ln[1:].startswith(_LOGIN) for ln in lines) and not board)
 
 
 def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Work:
-    # What a rotation re-runs unchanged is read by `secret_rotations`; every other step is
-    # about what changes on a host, a switch or the cluster.
-    changes = [c for c in diff.changes if not credentials_only(c)]
+    # What a rotation or a new board re-runs unchanged is read by `secret_rotations` and
+    # `replaced_boards`; every other step is about what changes on a host, a switch or the
+    # cluster.
+    changes = [c for c in diff.changes if not login_only(c)]
     kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = _control_plane_settings(changes, kubelet)
@@ -708,13 +539,21 @@ def runbook(diff: Diff, stack: str = "prod",
     boards = replaced_boards(w.changes)
     recabled = [h for h in drained_hosts(w.changes, new_inputs)
                 if h not in w.leaving and h not in boards and h not in w.decommissioning]
-    steps: list[str] = _rotation_steps(w.rotations)
+    steps: list[str] = rotation_steps(w.rotations)
     steps += _membership_steps(w, recabled)
-    steps += _board_steps(boards, new_inputs, stack)
+    steps += board_steps(boards, new_inputs, stack)
+    hca_before, hca_after = hca_steps(replaced_hcas(w.changes), new_inputs)
+    steps += hca_before
+    steps += switch_swap_steps(replaced_switches(w.changes, new_inputs), stack)
     steps += _host_steps(w, boards)
     steps += _fabric_steps(w, new_inputs)
-    steps += [f"{host} joins: host preparation, its own join token, guarded kubeadm join, "
-              "placement labels" for host in w.joining]
+    steps += hca_after
+    steps += [f"{host} joins: " + (
+        f"before it powers on, load build/{stack}/network/dhcp-hosts into the management "
+        f"network's DHCP/PXE server (its management MAC {mac} gets its address); then "
+        if (mac := management_mac(host, new_inputs)) else "") + "`pulumi up` runs its host "
+        "preparation, its own join token, guarded kubeadm join, placement labels"
+        for host in w.joining]
     steps += _software_steps(w, new_inputs)
     numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
     checks = _checks(w, recabled, stack)
@@ -769,7 +608,7 @@ def _host_steps(w: _Work, boards: list[str]) -> list[str]:
 def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """Cables, switch settings and the subnet managers."""
     steps = _sm_cable_steps(w.moves, new_inputs)
-    steps += _cabling_steps(w.moves, w.switches)
+    steps += _cabling_steps(w.moves, w.switches, sm_roles(new_inputs))
     if w.switches:
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
                      + ", ".join(sorted(w.switches)))
@@ -823,10 +662,11 @@ def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
     if w.joining or w.leaving or w.fabric_touched:
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "
                       "DISCOVERED=fabric.dump   (must report no difference)")
-    if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
-        checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
-                      "its bus-bandwidth floor")
+    # The nodes the acceptance test runs on are back in service before it.
     if recabled or w.leaving:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")
+    if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
+        checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
+                      "its bus-bandwidth floor")
     return checks

@@ -21,7 +21,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support.project import REPO, copy_repo, prod_raw, run_offline
-from support.stack_edits import edit_stack
+from support.stack_edits import edit_inventory, edit_stack
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +42,7 @@ class Scenario:
     not_in_runbook: tuple[str, ...] = ()
     before: Callable[[dict[str, Any]], None] | None = None  # what prod already has
     stderr: tuple[str, ...] = field(default=())
+    inventory: Callable[[list[str]], list[str]] | None = None  # its rows, edited
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -60,6 +61,49 @@ def _kernel_args(cluster: dict[str, Any]) -> None:
 
 def _rotate_key(cluster: dict[str, Any]) -> None:
     cluster["credentials"].update(sshPublicKey=NEW_KEY, sshAuthorizedKeys=[PROD_KEY])
+
+
+OLD_GUID, NEW_GUID = "0xb83fd20300a43c14", "0xb83fd20300a4ffee"
+
+
+BOARD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBoardSwap" + "z" * 34
+NEW_MAC = "5c:25:73:31:03:99"
+
+
+def _new_board(keep_os: bool) -> Callable[[list[str]], list[str]]:
+    """gpu-node-03's board replaced: a new management MAC and, unless its OS drives moved
+    to the new board with it, a new SSH host key (its port GUIDs are the new board's too)."""
+    def rows(lines: list[str]) -> list[str]:
+        out = []
+        for r in lines:
+            cells = r.split(",")
+            if r.startswith("gpu-node-03,"):
+                cells[3] = cells[3].replace("0xb83fd20300a4", "0xb83fd20300e4")
+                cells[4] = NEW_MAC
+                cells[5] = cells[5] if keep_os else BOARD_KEY
+            out.append(",".join(cells))
+        return out
+    return rows
+
+
+def _host_board(name: str) -> Callable[[dict[str, Any]], None]:
+    """A control plane's or subnet manager's board replaced (its OS reinstalled)."""
+    def change(cluster: dict[str, Any]) -> None:
+        host = next(h for h in cluster["hosts"] if h["hostname"] == name)
+        host["sshHostKey"] = BOARD_KEY
+    return change
+
+
+def _new_leaf(cluster: dict[str, Any]) -> None:
+    """leaf-su1-r2-3 replaced under RMA: the new chassis's GUID and management host key."""
+    fabric = cluster["fabric"]
+    fabric["switchGuids"]["leaf-su1-r2-3"] = "0xfc6a1c0300b29999"
+    fabric["switchHostKeys"]["leaf-su1-r2-3"] = BOARD_KEY
+
+
+def _new_hca(rows: list[str]) -> list[str]:
+    """gpu-node-03's rail-2 card replaced: its row with the new card's port GUID."""
+    return [r.replace(OLD_GUID, NEW_GUID) if r.startswith("gpu-node-03,2,") else r for r in rows]
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -88,6 +132,68 @@ SCENARIOS: dict[str, Scenario] = {
         impact=("  nodes drained: 0", "  outage: none expected"),
         runbook=("SSH key rotation",),
         not_in_runbook=("drain", "opensm", "kubelet", "host preparation", "NCCL")),
+    # A ConnectX card is not hot-swappable: the node is drained and powered off, and its rail's
+    # link is down until it is back. The subnet managers learn the new GUID while it is off
+    # (earlier, the old card would leave its partitions under running work).
+    "hca-swap": Scenario(
+        lambda cluster: None, 0, inventory=_new_hca,
+        impact=(f"  HCA replaced: gpu-node-03 rail 2 (mlx5_4) {OLD_GUID} -> {NEW_GUID}: "
+                "gpu-node-03 is drained and powered off for the swap; its link (leaf-su1-r2-3 "
+                "port 4) is down until it is back",
+                "  nodes drained: 1 (gpu-node-03), for its HCA swap"),
+        not_in_impact=("no cable, switch or node is touched", "outage: none expected"),
+        runbook=(f"HCA swap in gpu-node-03: rail 2 (mlx5_4, port GUID {OLD_GUID} -> {NEW_GUID}, "
+                 "cabled to leaf-su1-r2-3 port 4)", "kubectl drain gpu-node-03",
+                 "power it off", "subnet-manager files change on sm-02, sm-01",
+                 "power on gpu-node-03", f"`ibstat mlx5_4` port GUID {NEW_GUID}",
+                 "kubectl uncordon gpu-node-03")),
+    # A new board behind the same name: drained (a GPU node), its cables re-seated where they
+    # were, the new MAC's DHCP reservation loaded before power-on, a fresh join.
+    "board-gpu-node": Scenario(
+        lambda cluster: None, 0, inventory=_new_board(keep_os=False),
+        impact=("  board replaced: gpu-node-03: drained and powered off for the swap; its fabric "
+                "links are down until it is back", "  nodes drained: 1 (gpu-node-03)"),
+        not_in_impact=("HCA replaced",),
+        runbook=(f"board replacement of gpu-node-03: its management MAC is now {NEW_MAC}: "
+                 "first load build/prod/network/dhcp-hosts", "kubectl drain gpu-node-03",
+                 "rail 0: leaf-su1-r0-1 port 4", "kubectl uncordon gpu-node-03")),
+    # The OS drives moved to the new board: the host key stays, only the MAC (and GUIDs) change.
+    "board-keeping-its-os": Scenario(
+        lambda cluster: None, 0, inventory=_new_board(keep_os=True),
+        impact=("  nodes drained: 1 (gpu-node-03)",),
+        not_in_impact=("no cable, switch or node is touched", "HCA replaced"),
+        runbook=("board replacement of gpu-node-03", "kubectl drain gpu-node-03")),
+    # The master subnet manager's host: no kubectl (not a node); the standby takes over first;
+    # its one fabric cable re-seated.
+    "board-sm-host": Scenario(
+        _host_board("sm-01"), 0,
+        impact=("  nodes drained: 0", "  outage: none for running work: the fabric keeps a "
+                "master subnet manager throughout"),
+        runbook=("board replacement of sm-01, the master subnet manager's host (not a "
+                 "Kubernetes node: nothing to drain)", "then stop opensm here",
+                 "mlx5_0: leaf-su1-r0-1 port 16"),
+        not_in_runbook=("kubectl drain", "DGX OS", "join")),
+    # The only control plane: etcd and the API go down with it.
+    "board-control-plane": Scenario(
+        _host_board("mgmt-01"), 0,
+        impact=("  outage: the Kubernetes API is down while mgmt-01 is swapped, if it is the "
+                "only control plane (running pods keep running; nothing new starts)",),
+        runbook=("board replacement of mgmt-01, a control plane", "etcdctl snapshot save",
+                 "/etc/kubernetes/pki"),
+        not_in_runbook=("kubectl drain", "DGX OS")),
+    # A leaf under RMA: every port on it goes down (rails 2 and 3 of every node of the SU, a
+    # subnet manager's link, the uplinks); the new chassis needs its address and password
+    # before `pulumi up` can log in; every cable goes to the same port.
+    "switch-rma": Scenario(
+        _new_leaf, 0,
+        impact=("  switch replaced: leaf-su1-r2-3 (GUID 0xfc6a1c0300a20002 -> "
+                "0xfc6a1c0300b29999): its 49 links are down while it is swapped: rails 2, 3 of "
+                f"8 GPU nodes ({SPAN}), the subnet-manager link of sm-02, 32 uplinks; its nodes "
+                "are drained first", f"  nodes drained: 8 ({SPAN}), for the switch swap"),
+        not_in_impact=("no cable, switch or node is touched", "outage: none expected"),
+        runbook=("switch replacement of leaf-su1-r2-3", "the admin password (the "
+                 "switchPassword secret)", "kubectl drain the 8 nodes", "port 1: gpu-node-00 "
+                 "rail 2 (mlx5_4)", "port 16: sm-02 mlx5_0", "subnet-manager files change")),
     "switch-password": Scenario(
         _set("credentials.switchPasswordVersion", 2), 0,
         impact=("  nodes drained: 0", "  outage: none expected"),
@@ -139,6 +245,8 @@ def test_a_day2_change_previews_with_the_verdict_of_what_it_does(
         rendered = run_offline(project, "preview", "--render", "--quiet")
         assert rendered.returncode == 0, rendered.stdout + rendered.stderr
     edit_stack(project, s.change)
+    if s.inventory is not None:
+        edit_inventory(project, s.inventory)
     proc = run_offline(project, "preview")
     assert proc.returncode == s.status, proc.stdout[-3000:] + proc.stderr
     impact = (project / "build/prod/impact.txt").read_text().splitlines()

@@ -84,6 +84,11 @@ def test_a_ninth_node_only_adds_its_cables(project: Path) -> None:
     assert not [s for s in steps if s.startswith(("cordon", "move", "pull", "re-cable", "rack"))]
     assert sum(s.startswith("plug   ") for s in steps) == 8
     assert all("gpu-node-08" in s for s in steps if s.startswith("plug   "))
+    # The new board gets its management address only once the DHCP/PXE server knows its MAC.
+    (join,) = [s for s in steps if s.startswith("gpu-node-08 joins: ")]
+    assert join.startswith("gpu-node-08 joins: before it powers on, load "
+                           "build/prod/network/dhcp-hosts into the management network's DHCP/PXE "
+                           "server (its management MAC ")
 
 
 def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
@@ -111,6 +116,12 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
 
     cable_work = at("move", "re-cable", "plug", "pull")
     assert len(at("move")) == 194  # each of prod's links, once (an uplink shows on 2 switches)
+    # The subnet managers' cables as their steps say: the standby's (sm-02) first, the
+    # master's (sm-01) last, once the standby is back in STANDBY.
+    assert at("sm-02's cable moves: it runs the standby") < at("sm-01's cable moves: it runs "
+                                                              "the master")
+    assert at("move   sm-02") == [min(at("move"))]
+    assert at("move   sm-01") == [max(at("move"))]
     assert max(at("cordon and drain")) < min(at("rack and power new switch"))
     assert max(at("rack and power new switch")) < min(cable_work)
     assert min(at("retire switch")) > max(cable_work)

@@ -197,7 +197,7 @@ def test_a_new_board_is_drained_reseated_rejoined_with_a_fresh_token(project: Pa
     step = next(line for line in runbook.splitlines() if "board replacement of gpu-node-03" in line)
     assert "kubectl drain gpu-node-03" in step and "kubectl uncordon gpu-node-03" in step
     # The new board's MAC gets the address only once the DHCP/PXE reservation has it.
-    assert ("its management MAC is now 5c:25:73:31:03:99: load build/prod/network/dhcp-hosts"
+    assert ("its management MAC is now 5c:25:73:31:03:99: first load build/prod/network/dhcp-hosts"
             in step)
     # Rail r of slot 3 sits at port 1 + (r mod 2) x 16 + 3 of its two-rail leaf.
     for r, leaf in enumerate(("r0-1", "r0-1", "r2-3", "r2-3", "r4-5", "r4-5", "r6-7", "r6-7")):

@@ -234,3 +234,33 @@ def test_added_keys_show_as_absent_and_scripts_keep_their_line_diff() -> None:
     assert change is not None
     assert change.values == {"delete": (None, "true")}
     assert change.text_diffs == {"create": ["-b", "+c"]}
+
+
+def test_a_change_of_dependencies_alone_is_named_not_called_formatting() -> None:
+    """The engine updates nothing when only `dependsOn` changes, but `pulumi up` then orders
+    the resource differently (a wait placed after another release, say): a reviewer sees
+    which dependency came and went, not "files differ only in formatting"."""
+    release = "urn:pulumi:prod::gpu-cluster::kubernetes:helm.sh/v3:Release::"
+    old = deployment()
+    new = deployment()
+    old["options"]["dependsOn"] = [release + "gpu-operator"]
+    new["options"]["dependsOn"] = [release + "network-operator"]
+    diff = diff_trees({"w.yaml": to_yaml(old)}, {"w.yaml": to_yaml(new)})
+    assert not diff.changes and not diff.reformatted and not diff.empty
+    lines = format_diff(diff, "rendered/prod")
+    assert lines[-2:] == ["Dependencies only (1: no update; `pulumi up` orders them by these):",
+                          "   ~ vllm: +network-operator, -gpu-operator"]
+
+
+def test_an_added_list_element_shows_its_value() -> None:
+    """A node added to a HyperNode is `spec.members[2]`: the diff says which member it is."""
+    def hypernode(*nodes: str) -> dict[str, Any]:
+        return doc("kubernetes:topology.volcano.sh/v1alpha1:HyperNode", "su1", {"spec": {
+            "tier": 1, "members": [{"type": "Node", "selector": {"exactMatch": {"name": n}}}
+                                   for n in nodes]}})
+    text = "\n".join(format_diff(diff_trees(
+        {"h.yaml": to_yaml(hypernode("gpu-node-00", "gpu-node-01"))},
+        {"h.yaml": to_yaml(hypernode("gpu-node-00", "gpu-node-01", "gpu-node-08"))}),
+        "rendered/prod"))
+    assert ('~ spec.members[2]: (absent) → {"selector": {"exactMatch": {"name": "gpu-node-08"}}, '
+            '"type": "Node"}') in text

@@ -74,17 +74,24 @@ def test_add_a_node(project: Path) -> None:
 
 
 @pytest.mark.slow
-def test_replace_a_node_needs_only_the_sm_files(project: Path) -> None:
+def test_new_hcas_in_a_node_drain_it_once_and_change_the_sm_files(project: Path) -> None:
+    """Every card of gpu-node-03 replaced (new port GUIDs, same host key and MAC): one drain and
+    power-off for all eight, no cable moves, and the subnet managers learn the GUIDs while it
+    is off."""
     render_baseline(project)
     edit_inventory(project, lambda rows: [
         r.replace(",0xb83fd20300a4", ",0xb83fd20300e4") if r.startswith("gpu-node-03,") else r
         for r in rows])
     lines = book(project)
     # One at a time, the standby first (the preview's plan holds the order `pulumi up` uses).
-    assert any("subnet-manager files change on sm-02, sm-01" in line and
-               "the standby sm-02 first, back to STANDBY (sminfo) before the master sm-01 "
-               "restarts" in line for line in lines), lines
-    assert not any(w in line for line in lines for w in (" plug ", " pull ", "drain"))
+    sm = first(lines, "subnet-manager files change on sm-02, sm-01")
+    assert ("the standby sm-02 first, back to STANDBY (sminfo) before the master sm-01 "
+            "restarts" in lines[sm]), lines
+    swap = first(lines, "HCA swap in gpu-node-03: rail 0 (mlx5_0, port GUID")
+    assert all(f"rail {r} (" in lines[swap] for r in range(8))
+    assert swap < sm < first(lines, "power on gpu-node-03")
+    assert sum("kubectl drain gpu-node-03" in line for line in lines) == 1
+    assert not any(w in line for line in lines for w in (" plug ", " pull "))
 
 
 @pytest.mark.slow

@@ -270,7 +270,9 @@ def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) ->
             agents.setdefault(agent, set()).add(p["spec"]["nodeName"])
             assert p["spec"]["priority"] == 2000001000, p["metadata"]["name"]
     every = {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
-    assert agents == {"metallb.speaker": every, "prometheus.node-exporter": every}
+    # The Network Operator's Node Feature Discovery worker too: its chart's worker key.
+    assert agents == {"metallb.speaker": every, "prometheus.node-exporter": every,
+                      "network-operator.nfd-worker": every}
     low = sorted(p["metadata"]["name"] for p in pods if p["spec"].get("priority", 0) < 2000000000
                  and p["metadata"]["namespace"] not in ("training", "inference"))
     assert low == ["probe-network-operator-nfd-gc", "probe-network-operator-nfd-master",

@@ -1,0 +1,276 @@
+"""A replaced board, HCA or switch, read from the diff (pure): what it is, what is cabled to
+it, and the steps a technician takes around `pulumi up`.
+
+A board is read from a host's preparation (a new SSH host key or management MAC behind the
+same address), an HCA or a switch from the subnet managers' node-name maps (a new GUID behind
+the same name). A host's role (GPU node, subnet manager's host, control plane) decides what the
+swap takes: a drain, a hand-over of the master subnet manager, or the API with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .conventions import ports as _ports
+from .conventions import span as _span
+from .conventions import suffix as _suffix
+from .diff import Change
+
+
+def sm_roles(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, str]:
+    """Each subnet-manager host's role: its apply script waits for MASTER on the master."""
+    return {h: "master" if "not MASTER;" in str(inputs.get("stdin", "")) else "standby"
+            for urn, inputs in (new_inputs or {}).items()
+            if (h := _suffix(urn.rpartition("::")[2], "-opensm")) is not None}
+
+
+def _changed(lines: list[str], prefix: str) -> bool:
+    return any(ln.startswith(f"-{prefix}") for ln in lines) and any(
+        ln.startswith(f"+{prefix}") for ln in lines)
+
+
+def replaced_boards(changes: Iterable[Change]) -> list[str]:
+    """Hosts with a new board behind the same name and address, read from their
+    `<host>-prepare`: a new SSH host key (a new board, or its OS reinstalled) or a new
+    management MAC (a new board that kept its OS drives)."""
+    out = []
+    for c in changes:
+        host = _suffix(c.name, "-prepare")
+        if not host or c.action != "update":
+            continue
+        login = c.text_diffs.get("connection", [])
+        moved = any(ln.startswith("+host: ") for ln in login)
+        if not moved and (_changed(login, "hostKey: ")
+                          or _changed(c.text_diffs.get("stdin", []), "MANAGEMENT_MAC=")):
+            out.append(host)
+    return sorted(out)
+
+
+def host_role(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """What a host is, by the resources the stack gives it: "control-plane" (it runs
+    `kubeadm init`), "sm-host" (it runs a subnet manager), "gpu-node" (a planned-reboot chain)
+    or "host"."""
+    names = {urn.rpartition("::")[2] for urn in new_inputs or {}}
+    for suffix, role in (("-kubeadm-init", "control-plane"), ("-opensm", "sm-host"),
+                         ("-reboot", "gpu-node")):
+        if f"{host}{suffix}" in names:
+            return role
+    return "host"
+
+
+def host_ports(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
+               ) -> list[tuple[str, str, int]]:
+    """(what: `rail <n>` or the HCA, switch, port) of each of a host's fabric cables, from
+    the switches' port maps: a GPU node's rails, a subnet manager host's HCA."""
+    out = []
+    for urn, inputs in (new_inputs or {}).items():
+        if (sw := _suffix(urn.rpartition("::")[2], "-config")) is None:
+            continue
+        for port, desc in _ports().port_descriptions(str(inputs.get("stdin", ""))).items():
+            if (peer := _ports().hca_peer(desc)) is not None:
+                if peer[0] == host:
+                    out.append((f"rail {peer[1]}", sw, port))
+            elif (words := _ports().split_cable(desc)[0].split(" "))[0] == host:
+                out.append((" ".join(words[1:]) or "fabric", sw, port))
+    return sorted(out, key=lambda t: (_natural(t[0]), t[1], t[2]))
+
+
+def _natural(label: str) -> tuple[Any, ...]:
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"(\d+)", label))
+
+
+@dataclass(frozen=True)
+class HcaSwap:
+    """A host's HCA on one rail with a new port GUID: a new card behind the same cable."""
+
+    host: str
+    rail: int
+    hca: str
+    old: str
+    new: str
+
+
+# A subnet manager's node-name map line: `<port GUID> "<host>/rail<N>/<HCA>"`.
+_GUID_NAME = re.compile(r'^([-+])(0x[0-9a-f]{16}) "([^"/]+)/rail(\d+)/([^"]+)"$')
+
+
+def replaced_hcas(changes: Iterable[Change]) -> list[HcaSwap]:
+    """HCAs whose port GUID changes while their host and rail stay, read from the subnet
+    managers' node-name maps (a replaced board's are part of its own step)."""
+    changes = list(changes)
+    boards = set(replaced_boards(changes))
+    found: dict[tuple[str, int, str], dict[str, str]] = {}
+    for c in changes:
+        if c.action != "update" or _suffix(c.name, "-opensm") is None:
+            continue
+        for line in c.text_diffs.get("stdin", []):
+            if m := _GUID_NAME.match(line):
+                found.setdefault((m[3], int(m[4]), m[5]), {})[m[1]] = m[2]
+    return [HcaSwap(host, rail, hca, sides["-"], sides["+"])
+            for (host, rail, hca), sides in sorted(found.items())
+            if sides.keys() == {"-", "+"} and sides["-"] != sides["+"] and host not in boards]
+
+
+def hca_link(swap: HcaSwap, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """Where the swapped card's cable lands: `<switch> port <n>`."""
+    return next((f"{sw} port {port}" for what, sw, port in host_ports(swap.host, new_inputs)
+                 if what == f"rail {swap.rail}"), f"its rail-{swap.rail} leaf port")
+
+
+@dataclass(frozen=True)
+class SwitchSwap:
+    """A switch replaced by another chassis (an RMA): a new GUID behind the same name, and every
+    cable on it moved port for port."""
+
+    switch: str
+    old: str
+    new: str
+    nodes: tuple[str, ...]  # hosts with a rail on it
+    rails: tuple[int, ...]
+    others: tuple[str, ...]  # subnet-manager hosts cabled to it
+    uplinks: int  # links to other switches
+    ports: tuple[str, ...]  # "port <n>: <peer>", in port order
+
+
+# A subnet manager's node-name map line for a switch: `<GUID> "<switch>"`.
+_GUID_SWITCH = re.compile(r'^([-+])(0x[0-9a-f]{16}) "([^"/ ]+)"$')
+
+
+def replaced_switches(changes: Iterable[Change],
+                      new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[SwitchSwap]:
+    """Switches whose GUID changes in the subnet managers' node-name maps (fabric.switchGuids):
+    a new chassis behind the same name, with what is cabled to it (its port map)."""
+    found: dict[str, dict[str, str]] = {}
+    for c in changes:
+        if c.action != "update" or _suffix(c.name, "-opensm") is None:
+            continue
+        for line in c.text_diffs.get("stdin", []):
+            if m := _GUID_SWITCH.match(line):
+                found.setdefault(m[3], {})[m[1]] = m[2]
+    out = []
+    for sw, sides in sorted(found.items()):
+        if sides.keys() != {"-", "+"} or sides["-"] == sides["+"]:
+            continue
+        config = next((inputs for urn, inputs in (new_inputs or {}).items()
+                       if urn.rpartition("::")[2] == f"{sw}-config"), {})
+        descs = _ports().port_descriptions(str(config.get("stdin", "")))
+        hcas = [peer for d in descs.values() if (peer := _ports().hca_peer(d))]
+        uplinks = [d for d in descs.values() if _ports().switch_peer(d)]
+        others = sorted({_ports().split_cable(d)[0].split(" ")[0] for d in descs.values()
+                         if not _ports().hca_peer(d) and not _ports().switch_peer(d)})
+        out.append(SwitchSwap(sw, sides["-"], sides["+"], tuple(sorted({h for h, _, _ in hcas})),
+                              tuple(sorted({r for _, r, _ in hcas})), tuple(others), len(uplinks),
+                              tuple(f"port {port}: {_ports().split_cable(d)[0]}"
+                                    for port, d in sorted(descs.items()))))
+    return out
+
+
+def switch_swap_steps(swaps: list[SwitchSwap], stack: str) -> list[str]:
+    """Before `pulumi up`: the new switch reachable with the stack's password, the nodes on it
+    drained, every cable moved to the same port of the new chassis."""
+    steps = []
+    for s in swaps:
+        nodes = ", ".join(s.nodes) if len(s.nodes) <= 6 else _span(list(s.nodes))
+        steps.append(
+            f"switch replacement of {s.switch} (GUID {s.old} -> {s.new}): every link on it goes "
+            f"down while it is swapped. First, from the new switch's console, give it its "
+            f"management address (fabric.switchManagementIps) and the admin password (the "
+            f"switchPassword secret), so `pulumi up` can log in; kubectl drain the "
+            f"{len(s.nodes)} nodes with a rail on it ({nodes})"
+            + (f"; {', '.join(s.others)} lose{'s' * (len(s.others) == 1)} "
+               f"{'its' if len(s.others) == 1 else 'their'} subnet-manager link (the other "
+               "subnet manager is, or takes over as, master)" if s.others else "")
+            + f". Label each cable by port, swap the chassis, and plug every cable into the "
+            f"same port of the new one ({len(s.ports)} ports: {'; '.join(s.ports)}). `pulumi "
+            "up` then sends the switch its configuration and the subnet managers its new GUID; "
+            f"check `make verify-fabric STACK={stack}`, then uncordon the nodes")
+    return steps
+
+
+def by_host(swaps: list[HcaSwap]) -> dict[str, list[HcaSwap]]:
+    """HCA swaps grouped by host: one drain and power-off for all of a node's cards."""
+    out: dict[str, list[HcaSwap]] = {}
+    for s in swaps:
+        out.setdefault(s.host, []).append(s)
+    return out
+
+
+def hca_steps(swaps: list[HcaSwap], new_inputs: Mapping[str, Mapping[str, Any]] | None
+               ) -> tuple[list[str], list[str]]:
+    """Before `pulumi up`: drain, power off, swap the cards and re-seat their cables; after it:
+    power on and check. The subnet managers learn the new GUIDs while the node is off: applied
+    earlier, an old card would leave its partitions while the node still runs work."""
+    before, after = [], []
+    for host, cards in by_host(swaps).items():
+        which = "; ".join(f"rail {s.rail} ({s.hca}, port GUID {s.old} -> {s.new}, cabled to "
+                          f"{hca_link(s, new_inputs)})" for s in cards)
+        before.append(
+            f"HCA swap in {host}: {which}. kubectl drain {host} --ignore-daemonsets "
+            "--delete-emptydir-data; power it off (its BMC); replace the "
+            f"card{'s' * (len(cards) > 1)} and re-seat each cable into the same rail. Then "
+            "apply (`pulumi up`) while it is off: the subnet managers drop the old GUIDs and "
+            "admit the new ones")
+        checks = ", ".join(f"`ibstat {s.hca}` port GUID {s.new}" for s in cards)
+        after.append(f"power on {host}; check {checks}, each link Active at the rail's rate; "
+                     f"then kubectl uncordon {host}")
+    return before, after
+
+
+def management_mac(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
+                   ) -> str | None:
+    """The MAC the management network's DHCP/PXE server must know the host by (its
+    preparation checks it), if the stack has one for it."""
+    prepare = str((new_inputs or {}).get(next(
+        (u for u in new_inputs or {} if u.endswith(f"::{host}-prepare")), ""), {}).get(
+        "stdin", ""))
+    mac = re.search(r'^MANAGEMENT_MAC="([^"]+)"$', prepare, re.M)
+    return mac.group(1) if mac else None
+
+
+def board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None,
+                 stack: str) -> list[str]:
+    """A board replaced behind the same name, as its role needs: drain (a GPU node), hand over
+    the master subnet manager (an SM host), save etcd and the certificates (a control plane);
+    then swap, re-seat every cable where it was (by switch port), and `pulumi up` re-applies
+    what is done once per board."""
+    return [_board_step(host, new_inputs, stack) for host in hosts]
+
+
+def _board_step(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None,
+                stack: str) -> str:
+    seats = "; ".join(f"{what}: {sw} port {port}"
+                      for what, sw, port in host_ports(host, new_inputs))
+    cables = f"re-seat its cables exactly where they were ({seats or 'none'})"
+    mac = management_mac(host, new_inputs)
+    dhcp = (f"its management MAC is now {mac}: first load build/{stack}/network/dhcp-hosts "
+            "into the management network's DHCP/PXE server. " if mac else "")
+    role = host_role(host, new_inputs)
+    if role == "sm-host":
+        master = sm_roles(new_inputs).get(host) == "master"
+        return (
+            f"board replacement of {host}, the {'master' if master else 'standby'} subnet "
+            f"manager's host (not a Kubernetes node: nothing to drain): {dhcp}"
+            + ("Check `sminfo` on the standby shows it STANDBY, then stop opensm here "
+               "(systemctl stop opensm) so the standby takes over. " if master else "")
+            + f"Power it off, swap the board, {cables}; power it on. `pulumi up` then prepares "
+            "it and installs its subnet-manager files. Check `sminfo` and "
+            f"`make verify-fabric STACK={stack}`")
+    if role == "control-plane":
+        return (
+            f"board replacement of {host}, a control plane: {dhcp}from power-off until it is "
+            "back, the Kubernetes API, the scheduler and the controllers are down when it is "
+            "the only one (running pods keep running; nothing new starts). Before: `etcdctl "
+            "snapshot save` and copy /etc/kubernetes/pki off it. Power it off, swap the board "
+            "keeping its OS drives (etcd's data and the certificates are on them), power it on; "
+            "with new drives, restore the certificates and the snapshot before its kubelet "
+            "starts (kubeadm's etcd restore). `pulumi up` then prepares it; its guarded "
+            "`kubeadm init` leaves a running control plane as it is. Check `kubectl get nodes`")
+    return (
+        f"board replacement of {host}: {dhcp}kubectl drain {host} --ignore-daemonsets "
+        f"--delete-emptydir-data; power it off, swap the board, {cables}; power it on with DGX "
+        "OS. `pulumi up` then re-applies its BMC settings, prepares it (a planned reboot if "
+        "needed) and joins it with a fresh token. Check `ibstat` port GUIDs against the "
+        f"inventory and `make verify-fabric STACK={stack}`, then kubectl uncordon {host}")
