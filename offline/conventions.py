@@ -3,6 +3,7 @@ name's suffix, the switches' port-description format, a run of hosts as a reader
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 
 
@@ -19,6 +20,8 @@ def suffix(name: str, end: str) -> str | None:
     return name[: -len(end)] if name.endswith(end) else None
 
 
-def span(hosts: list[str]) -> str:
-    """A sorted run of hosts as its first and last."""
-    return f"{hosts[0]} … {hosts[-1]}"
+def span(hosts: Sequence[str], whole_up_to: int = 0) -> str:
+    """A sorted run of hosts: each by name up to `whole_up_to` of them, else its first and
+    last."""
+    return (", ".join(hosts) if len(hosts) <= whole_up_to
+            else f"{hosts[0]} … {hosts[-1]}")

@@ -10,10 +10,11 @@ build/<stack>/fabric/bom.csv.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .conventions import span
 from .diff import Diff
 from .operators import OperatorRollout, operator_rollouts
 from .replacements import (
@@ -44,8 +45,8 @@ from .runbook import (
 )
 
 
-def _span(hosts: list[str]) -> str:
-    return ", ".join(hosts) if len(hosts) <= 6 else f"{hosts[0]} … {hosts[-1]}"
+def _span(hosts: Sequence[str]) -> str:
+    return span(hosts, whole_up_to=6)
 
 
 def _cables(moves: Iterable[CableMove], side: str) -> str:
@@ -204,7 +205,7 @@ def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | Non
         lines.append(
             f"  switch replaced: {w.switch} (GUID {w.old} -> {w.new}): its {len(w.ports)} links "
             f"are down while it is swapped: rails {', '.join(map(str, w.rails))} of "
-            f"{len(w.nodes)} GPU nodes ({_span(list(w.nodes))})"
+            f"{len(w.nodes)} GPU nodes ({_span(w.nodes)})"
             + (f", the subnet-manager link of {', '.join(w.others)}" if w.others else "")
             + f", {w.uplinks} uplinks; its nodes are drained first")
     for host, cards in by_host(e.swaps).items():
@@ -223,17 +224,16 @@ def _drain_line(e: _Effects) -> str:
     upgraded = {h for lane in e.lanes.values() for b in lane for h in b} | set(e.control_planes)
     swapped = {s.host for s in e.swaps}
     on_switch = {h for w in e.switches_swapped for h in w.nodes}
-    why = [w for w, hosts in (("for the upgrade", e.upgrading and (e.drained or upgraded)),
-                              ("before its reboot", e.rebooted),
-                              ("by the operator updating its driver", e.by_operator),
-                              ("for its HCA swap", swapped),
-                              ("for the switch swap", on_switch)) if hosts]
-    drained = sorted(set(e.drained) | upgraded | set(e.rebooted) | set(e.by_operator) | swapped
-                     | on_switch)
-    # Upgrades, reboots and operators take one node (or batch) at a time; a swap drains its
-    # nodes together.
-    in_turn = len(drained) > 1 and bool(set(why) & {"for the upgrade", "before its reboot",
-                                                    "by the operator updating its driver"})
+    # (why, its nodes, one node or batch at a time): a swap drains its nodes together.
+    reasons = [(w, hosts, turn) for w, hosts, turn in (
+        ("for the upgrade", (upgraded or set(e.drained)) if e.upgrading else set(), True),
+        ("before its reboot", set(e.rebooted), True),
+        ("by the operator updating its driver", set(e.by_operator), True),
+        ("for its HCA swap", swapped, False),
+        ("for the switch swap", on_switch, False)) if hosts]
+    why = [w for w, _, _ in reasons]
+    drained = sorted(set(e.drained).union(*(hosts for _, hosts, _ in reasons)))
+    in_turn = len(drained) > 1 and any(turn for _, _, turn in reasons)
     return (f"  nodes drained: {len(drained)}" + (f" ({_span(drained)})" if drained else "")
             + (f",{' each in turn' * in_turn} {' or '.join(why)}" if why else ""))
 

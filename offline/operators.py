@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .conventions import span, suffix
 from .diff import Change
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -36,15 +37,10 @@ class OperatorRollout:
             return f"{self.what}: {self.how}"
         n = len(self.drained)
         return (f"{self.what}: the {_OWNER[self.release]} updates {n} GPU node{'s' * (n != 1)} "
-                f"({_span(self.drained)}) {self.how}")
+                f"({span(self.drained, whole_up_to=3)}) {self.how}")
 
 
 _OWNER = {GPU_OPERATOR: "GPU Operator", NETWORK_OPERATOR: "Network Operator"}
-
-
-def _span(hosts: Iterable[str]) -> str:
-    hosts = list(hosts)
-    return ", ".join(hosts) if len(hosts) <= 3 else f"{hosts[0]} … {hosts[-1]}"
 
 
 def _dig(doc: Any, *path: str) -> Any:
@@ -56,11 +52,11 @@ def _dig(doc: Any, *path: str) -> Any:
 def _gpu_nodes(changes: list[Change], new_inputs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The GPU nodes already in the cluster (each has a planned-reboot chain); a node that
     joins in this change starts with the new driver."""
-    joining = {c.name.removesuffix("-kubeadm-join") for c in changes
-               if c.action == "create" and c.name.endswith("-kubeadm-join")}
-    names = (urn.rpartition("::")[2] for urn in new_inputs)
-    return sorted(n.removesuffix("-reboot") for n in names
-                  if n.endswith("-reboot") and n.removesuffix("-reboot") not in joining)
+    joining = {h for c in changes if c.action == "create"
+               and (h := suffix(c.name, "-kubeadm-join")) is not None}
+    return sorted(h for urn in new_inputs
+                  if (h := suffix(urn.rpartition("::")[2], "-reboot")) is not None
+                  and h not in joining)
 
 
 def _policy_words(policy: Mapping[str, Any] | None) -> str:

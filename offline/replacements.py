@@ -173,7 +173,7 @@ def switch_swap_steps(swaps: list[SwitchSwap], stack: str) -> list[str]:
     drained, every cable moved to the same port of the new chassis."""
     steps = []
     for s in swaps:
-        nodes = ", ".join(s.nodes) if len(s.nodes) <= 6 else _span(list(s.nodes))
+        nodes = _span(s.nodes, whole_up_to=6)
         steps.append(
             f"switch replacement of {s.switch} (GUID {s.old} -> {s.new}): every link on it goes "
             f"down while it is swapped. First, from the new switch's console, give it its "

@@ -349,16 +349,19 @@ def _cabling_steps(moves: list[CableMove], switches: Mapping[str, str],
     cables are out."""
     work = cabling(moves)
     rank = {"standby": 0, "master": 2}
-    work.moved.sort(key=lambda ab: rank.get(roles.get((ab[0].old or "").split(" ")[0], ""), 1))
-    work.recabled.sort(key=lambda mv: rank.get(roles.get((mv.old or "").split(" ")[0], ""), 1))
+
+    def order(mv: CableMove) -> int:
+        return rank.get(roles.get((mv.old or "").split(" ")[0], ""), 1)
+    moved = sorted(work.moved, key=lambda ab: order(ab[0]))
+    recabled = sorted(work.recabled, key=order)
     steps = [f"rack and power new switch {sw} (before any cable is plugged into it)"
              for sw, action in sorted(switches.items()) if action == "create"]
     steps += [f"pull   {mv.switch} port {mv.port} <-> {mv.old}  [{mv.old_cable}]"
               for mv in work.pulled]
     steps += [f"move   {a.old}: {a.switch} port {a.port} -> {b.switch} port {b.port}  "
-              f"[{b.new_cable}]" for a, b in work.moved]
+              f"[{b.new_cable}]" for a, b in moved]
     steps += [f"re-cable {mv.switch} port {mv.port}: {mv.old} [{mv.old_cable}] -> {mv.new} "
-              f"[{mv.new_cable}]" for mv in work.recabled]
+              f"[{mv.new_cable}]" for mv in recabled]
     steps += [f"plug   {mv.switch} port {mv.port} <-> {mv.new}  [{mv.new_cable}]"
               for mv in work.plugged]
     steps += [f"retire switch {sw} (its cables are out)"
