@@ -7,6 +7,7 @@ import pulumi
 from components.blueprint import build
 from components.collector import tune_collector
 from components.config_types import ConfigError
+from components.deployed import guarded_exports
 from components.planning.kubeadm import endpoint
 from components.stack_config import load_config
 
@@ -28,6 +29,7 @@ if cluster.fabric_plan is not None:  # a split site's nodes and workloads parts 
         "oversubscription": cluster.fabric_plan.oversubscription_text(),
     })
 pulumi.export("apiEndpoint", f"https://{endpoint(config)}")
+guarded_exports(config)
 if config.split is not None and cluster.kubernetes is not None \
         and cluster.kubernetes.stack_kubeconfig is not None:
     # Only for the other stacks of a split site (a StackReference): the stack's own identity,

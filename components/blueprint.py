@@ -344,13 +344,17 @@ def _workload_layer(cluster: Cluster, provider: Any, cp: ControlPlaneHost,
     ready = ready + (list(kube.decommissions.values()) if kube is not None else [])
     test = cluster.workloads.nccl_test
     if test is not None:
-        # The fabric acceptance test runs first and alone, on every GPU node it names:
+        # The fabric acceptance test runs first and alone, on the GPU nodes that need it:
         # nccl-tests, checked on the control plane after the MPIJob finishes; a failed
-        # check fails `pulumi up`, and training and serving are created only after it.
+        # check fails `pulumi up`, and training and serving are created only after it (and
+        # land only on nodes that passed it).
         gate_script = acceptance.nccl_gate_script(cluster, test)
         artifacts[f"scripts/{init_host.hostname}/nccl-acceptance.sh"] = gate_script
+        # After every GPU node's join: a node added in this update is there (untested) when
+        # the gate chooses what to test.
         gate = AcceptanceGate(connection=cp.connection, script=gate_script,
-                              depends_on=[kube.init] if kube and kube.init else []) \
+                              depends_on=[*([kube.init] if kube and kube.init else []),
+                                          *(kube.members.values() if kube else [])]) \
             if test.gate else None
         apps[test.name] = Workload(test.name, WorkloadArgs(
             provider=provider, manifests=[acceptance.nccl_test_mpijob(cluster, test)],

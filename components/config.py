@@ -503,6 +503,12 @@ class Cluster(Model):
         return self.expansion.nodes
 
     @property
+    def acceptance_gated(self) -> bool:
+        """GPU nodes join untested and take work only once the acceptance gate passed there."""
+        test = self.workloads.nccl_test
+        return test is not None and test.gate
+
+    @property
     def in_service_nodes(self) -> tuple[GpuNode, ...]:
         """The GPU nodes workloads are sized for: all but those being decommissioned."""
         leaving = set(self.gpu_nodes.decommission)

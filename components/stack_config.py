@@ -21,7 +21,7 @@ from components.config_errors import pydantic_problems
 from components.config_types import PROJECT, ConfigError, Problem
 from components.inventory import InventoryError, load_inventory
 from components.planning import placement
-from components.planning.fabric import PlanError
+from components.planning.fabric import FabricPlan, PlanError
 from components.planning.ssh_keys import fingerprint, key_id, public_key_of
 from components.platform_sources import source_problems
 from components.site import SITE_KEY, stack_cluster
@@ -55,15 +55,57 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
     # error too: planned here, before anything is registered, and kept for the program. A
     # nodes part names only its own nodes' leaves (the core plans the fabric).
+    if placement.plans_fabric(cluster):
+        if problems := _fabric_problems(cluster):
+            raise ConfigError(problems)
+        return cluster
     try:
-        if placement.plans_fabric(cluster):
-            placement.plan(cluster)
-        elif cluster.split is not None and cluster.split.part == "nodes":
+        if cluster.split is not None and cluster.split.part == "nodes":
             placement.owned_rail_leaves(cluster, tuple(
                 n for n in cluster.nodes if n.su in cluster.split.sus))
     except PlanError as err:
         raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
     return cluster
+
+
+# A pinned grouping the planner refuses, and the field that pins it: unpinned, it is derived.
+_PINS = {"fabric.railsPerLeaf": "rails_per_leaf", "fabric.spines": "spines"}
+
+
+def _fabric_problems(cluster: Cluster) -> list[Problem]:
+    """What keeps the fabric from being planned, all in one run: a pinned grouping that no
+    longer fits is reported and then derived, so the next pin that does not fit, and the
+    switch facts the resulting plan has no switch for, are reported with it."""
+    problems: list[Problem] = []
+    planned = cluster
+    while True:
+        try:
+            plan = placement.plan(planned)
+        except PlanError as err:
+            problems.append(Problem(err.path, err.value, err.message, err.fix))
+            pin = _PINS.get(err.path)
+            if pin is None or getattr(planned.fabric, pin) is None:
+                return problems
+            planned = planned.model_copy(update={
+                "fabric": planned.fabric.model_copy(update={pin: None})})
+            continue
+        return problems + _retired_switch_facts(cluster, plan)
+
+
+def _retired_switch_facts(cluster: Cluster, plan: FabricPlan) -> list[Problem]:
+    """A switch's facts the plan has no switch for: left behind by a regrouping (its retired
+    switches) or a typo. Each would be silently unused; all are reported in one run."""
+    names = {sw.name for sw in plan.switches}
+    f = cluster.fabric
+    return [Problem(f"fabric.{key}.{name}", str(value),
+                    "names no switch of the fabric plan (fabric.railsPerLeaf, fabric.spines "
+                    "and the nodes decide its switches): a retired switch's or a misspelt one",
+                    f"remove fabric.{key}.{name} (the runbook retires a switch from what is "
+                    "deployed, not from this entry), or correct the name")
+            for key, facts in (("switchGuids", f.switch_guids),
+                               ("switchManagementIps", f.switch_management_ips),
+                               ("switchHostKeys", f.switch_host_keys))
+            for name, value in sorted(facts.items()) if name not in names]
 
 
 # Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).

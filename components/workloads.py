@@ -71,6 +71,8 @@ class Workload(pulumi.ComponentResource):
                 connection=g.connection,
                 create="sudo bash -s",  # reads /etc/kubernetes/admin.conf
                 stdin=g.script,
+                # No delete command: a changed gate is replaced, new before old, and the old
+                # one's delete would remove the new run and the record it left.
                 triggers=[_digest(g.script, args.manifests)],
                 opts=pulumi.ResourceOptions(parent=self,
                                             depends_on=[*self.objects, *g.depends_on]),

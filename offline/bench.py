@@ -108,7 +108,31 @@ def scale_gpu_nodes(
     if "rdmaCidr" in net and ipaddress.ip_network(net["rdmaCidr"]).prefixlen > rdma_prefix:
         net["rdmaCidr"] = str(ipaddress.ip_network(f"{net['rdmaCidr'].split('/')[0]}/"
                                                    f"{rdma_prefix}", strict=False))
+    _fitting_switch_facts(cluster)
     return doc
+
+
+SWITCH_FACTS = ("switchGuids", "switchManagementIps", "switchHostKeys")
+
+
+def _fitting_switch_facts(cluster: dict[str, Any]) -> None:
+    """Keep the switch facts (GUIDs, addresses, host keys) of the switches the scaled fabric
+    still has: the others name the original site's switches, which the config refuses."""
+    from components.config_types import ConfigError
+    from components.planning import placement
+    from components.stack_config import validate_cluster
+
+    fabric = cluster.get("fabric") or {}
+    facts = {key: fabric.pop(key) for key in SWITCH_FACTS if key in fabric}
+    if not facts:
+        return
+    try:
+        plan = placement.plan(validate_cluster(copy.deepcopy(cluster), OFFLINE_ROOT))
+        names = {sw.name for sw in plan.switches}
+    except ConfigError:  # left as it was: the scaled config's own error is the caller's
+        names = {name for known in facts.values() for name in known}
+    for key, known in facts.items():
+        fabric[key] = {name: value for name, value in known.items() if name in names}
 
 
 # ---------------------------------------------------------------- child processes

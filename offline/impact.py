@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .acceptance import acceptance_line, gpu_nodes
+from .addresses import address_lines
 from .conventions import span
 from .diff import Diff
 from .operators import OperatorRollout, operator_rollouts
@@ -109,7 +111,7 @@ class _Effects:
     rotations: list[Rotation]
     joining: list[str]
     resubmitted: list[str]
-    retested: list[str]
+    acceptance: str | None  # the gate's run, if the change runs it
     stopped: list[str]
 
     @property
@@ -120,7 +122,7 @@ class _Effects:
         w = self.work
         return bool(w.moved or w.recabled or w.pulled or w.plugged or self.racked
                     or self.retired or self.drained or self.rebooted or self.upgrade
-                    or self.rotations or self.resubmitted or self.retested or self.stopped
+                    or self.rotations or self.resubmitted or self.acceptance or self.stopped
                     or self.rollouts or self.swaps or self.boards or self.switches_swapped)
 
 
@@ -131,33 +133,42 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
     upgrading = upgrade is not None and not upgrade_refused(*upgrade[:2])
     jobs = [c for c in changes if c.type in JOB_TYPES]
     tests = {c.name for c in jobs if _acceptance_test(c.urn, new_inputs)}
+    boards = {h: host_role(h, new_inputs) for h in replaced_boards(changes)}
+    joining = joined_hosts(changes)
+    untested = sorted((set(joining) | {h for h, role in boards.items() if role == "gpu-node"})
+                      & gpu_nodes(new_inputs))
     return _Effects(
         work=cabling(cable_moves(changes, new_inputs)),
         racked=sorted(sw for sw, a in switches.items() if a == "create"),
         retired=sorted(sw for sw, a in switches.items() if a == "delete"),
         drained=drained_hosts(changes, new_inputs), rebooted=rebooted_hosts(changes),
         rollouts=operator_rollouts(changes, new_inputs), swaps=replaced_hcas(changes),
-        boards={h: host_role(h, new_inputs) for h in replaced_boards(changes)},
+        boards=boards,
         switches_swapped=replaced_switches(changes, new_inputs),
         upgrade=upgrade, upgrading=upgrading,
         lanes=upgrade_lanes(new_inputs) if upgrading else {},
         control_planes=upgraded_control_planes(changes) if upgrading else [],
-        rotations=secret_rotations(changes, new_inputs), joining=joined_hosts(changes),
+        rotations=secret_rotations(changes, new_inputs), joining=joining,
         resubmitted=sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests),
-        retested=sorted(c.name for c in jobs if c.action == "replace" and c.name in tests),
+        acceptance=acceptance_line(changes, new_inputs, untested),
         stopped=sorted(c.name for c in jobs if c.action == "delete"))
 
 
 def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """A short verdict, or one line saying nothing physical changes."""
     e = _effects(diff, new_inputs)
-    if not e:
+    addresses = address_lines(diff.changes)
+    if not e and not addresses:
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs)]
     moved, new, pulled = e.work.existing_links_moved, e.work.plugged, e.work.pulled
+    media = Counter(e.work.new_media)
     lines.append(
         f"  existing links moved: {moved}"
-        + (" (the fabric is re-cabled: every host on them is drained)" if moved else ""))
+        + (" (the fabric is re-cabled: every host on them is drained)" if moved else "")
+        + (f"; {sum(media.values())} need a new cable ("
+           + ", ".join(f"{n} x {kind}" for kind, n in sorted(media.items())) + ")"
+           if media else ""))
     lines.append(f"  cables to plug: {len(new)}" + (f" ({_cables(new, 'new')})" if new else "")
                  + f"; to pull: {len(pulled)}"
                  + (f" ({_cables(pulled, 'old')})" if pulled else ""))
@@ -167,14 +178,14 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
                      + f", retire {len(e.retired)}"
                      + (f" ({_span(e.retired)})" if e.retired else ""))
     lines.append(_drain_line(e))
+    lines += addresses
     if e.joining:
         lines.append(f"  nodes added: {len(e.joining)} ({_span(e.joining)})")
     if e.resubmitted:
         lines.append(f"  jobs resubmitted: {len(e.resubmitted)} ({_span(e.resubmitted)}): "
                      "their pods restart; training resumes from its last checkpoint")
-    if e.retested:
-        lines.append(f"  acceptance test runs again: {_span(e.retested)} (queued until its GPU "
-                     "nodes are free)")
+    if e.acceptance:
+        lines.append(e.acceptance)
     if e.stopped:
         lines.append(f"  jobs stopped: {len(e.stopped)} ({_span(e.stopped)})")
     if e.rebooted:

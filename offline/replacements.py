@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .acceptance import retest_step
 from .conventions import ports as _ports
 from .conventions import span as _span
 from .conventions import suffix as _suffix
@@ -215,7 +216,7 @@ def hca_steps(swaps: list[HcaSwap], new_inputs: Mapping[str, Mapping[str, Any]] 
             "admit the new ones")
         checks = ", ".join(f"`ibstat {s.hca}` port GUID {s.new}" for s in cards)
         after.append(f"power on {host}; check {checks}, each link Active at the rail's rate; "
-                     f"then kubectl uncordon {host}")
+                     f"then {retest_step(host, new_inputs)}")
     return before, after
 
 

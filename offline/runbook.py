@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .acceptance import UNTESTED
+from .addresses import address_steps
 from .conventions import ports as _ports
 from .conventions import span as _span
 from .conventions import suffix as _suffix
@@ -308,10 +310,13 @@ def _sm_step(changes: Iterable[Change], sms: list[str],
     text = ("subnet-manager files change on " + ", ".join(order) + ": `pulumi up` installs "
             "them and restarts opensm only where content changed, one host at a time")
     if master and standbys:
-        text += (f": the standby {', '.join(standbys)} first, back to STANDBY (sminfo) before "
-                 f"the master {', '.join(sorted(master))} restarts; the fabric keeps a master "
-                 "throughout (maintenance window)")
-    return text + ("" if master and standbys else " (maintenance window)")
+        return text + (f": the standby {', '.join(standbys)} first, back to STANDBY (sminfo) "
+                       f"before the master {', '.join(sorted(master))} restarts; the fabric "
+                       "keeps a master throughout, so running work is not interrupted")
+    # One subnet manager: the switches keep forwarding on the routes it programmed.
+    return text + (" (no standby: while opensm restarts the fabric has no subnet manager; "
+                   "established routes keep forwarding, a port that changes meanwhile waits for "
+                   "it)")
 
 
 @dataclass(frozen=True)
@@ -327,6 +332,12 @@ class Cabling:
     @property
     def existing_links_moved(self) -> int:
         return len(self.moved) + len(self.recabled)
+
+    @property
+    def new_media(self) -> list[str]:
+        """The cable each moved link needs where its old one no longer fits (a node moved to
+        another rack: in-rack copper becomes cross-rack optics, or the other way)."""
+        return [b.new_cable or "cable" for a, b in self.moved if a.old_cable != b.new_cable]
 
 
 def cabling(moves: list[CableMove]) -> Cabling:
@@ -359,7 +370,8 @@ def _cabling_steps(moves: list[CableMove], switches: Mapping[str, str],
     steps += [f"pull   {mv.switch} port {mv.port} <-> {mv.old}  [{mv.old_cable}]"
               for mv in work.pulled]
     steps += [f"move   {a.old}: {a.switch} port {a.port} -> {b.switch} port {b.port}  "
-              f"[{b.new_cable}]" for a, b in moved]
+              + (f"[{b.new_cable}]" if a.old_cable == b.new_cable else
+                 f"[a new cable: {a.old_cable} -> {b.new_cable}]") for a, b in moved]
     steps += [f"re-cable {mv.switch} port {mv.port}: {mv.old} [{mv.old_cable}] -> {mv.new} "
               f"[{mv.new_cable}]" for mv in recabled]
     steps += [f"plug   {mv.switch} port {mv.port} <-> {mv.new}  [{mv.new_cable}]"
@@ -605,7 +617,7 @@ def _host_steps(w: _Work, boards: list[str]) -> list[str]:
                  else " and ".join(in_place))
         steps.append(f"host preparation changes on {which}: applied in place by `pulumi up`; "
                      "boot settings are unchanged, so no reboot and no drain")
-    return steps
+    return steps + address_steps(w.changes)
 
 
 def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
@@ -670,6 +682,7 @@ def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")
     if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
-        checks.append("NCCL acceptance test (nccl-tests all_reduce_perf MPIJob) must pass "
-                      "its bus-bandwidth floor")
+        checks.append("the NCCL acceptance gate passed (`pulumi up` fails otherwise; its log "
+                      "has `acceptance test: …` and PASS), and `kubectl get nodes -l "
+                      f"{UNTESTED}` lists no node")
     return checks

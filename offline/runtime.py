@@ -92,8 +92,10 @@ class OfflineMocks(_mocks.Mocks):
     COMMAND_OUTPUTS = ("stdout", "stderr")
     COMMANDS = ("command:remote:Command", "command:local:Command")
 
-    def __init__(self, build_dir: Path | None = None, deployed: bool = True) -> None:
+    def __init__(self, build_dir: Path | None = None, deployed: bool = True,
+                 stack: str | None = None) -> None:
         self.build_dir = build_dir  # build/: where referenced stacks' outputs are read
+        self.stack = stack  # the stack being previewed
         value = "" if deployed else UNKNOWN
         self.extra_outputs = {t: dict.fromkeys(self.COMMAND_OUTPUTS, value)
                               for t in self.COMMANDS}
@@ -103,8 +105,12 @@ class OfflineMocks(_mocks.Mocks):
         (`build/<stack>/outputs.json`), standing in for what `pulumi up` left in its state;
         none when it has no preview. A secret has no value offline: the kubeconfig stands in
         as one for the API server the stack says it runs (`site.apiEndpoint`)."""
-        path = self.build_dir / name.rpartition("/")[2] / OUTPUTS_FILE if self.build_dir \
-            else None
+        # Its own outputs (what it deployed last, components/deployed.py) are none: build/ has
+        # its last preview's, not what is deployed, and the preview judges its refusals itself
+        # against the rendering of what is deployed (exit 4).
+        own = name.rpartition("/")[2] == self.stack
+        path = self.build_dir / name.rpartition("/")[2] / OUTPUTS_FILE \
+            if self.build_dir and not own else None
         if path is None or not path.is_file():
             return {"name": name, "outputs": {}, "secretOutputNames": []}
         recorded = json.loads(path.read_text())
@@ -283,7 +289,7 @@ def run_program(
 
     loop.set_exception_handler(on_loop_error)
 
-    mocks = OfflineMocks(project_dir / "build", deployed)
+    mocks = OfflineMocks(project_dir / "build", deployed, stack_config.stack)
     monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config))
     pulumi.runtime.set_mocks(
         mocks,

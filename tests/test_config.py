@@ -434,15 +434,17 @@ def test_the_prod_config_itself_is_valid(prod):
     validate(prod)
 
 
-def test_kubernetes_1_36_is_beyond_both_operators(prod):
+def test_kubernetes_1_36_is_beyond_the_network_operator_and_calico(prod):
+    """GPU Operator 26.3.2 added Kubernetes 1.36 (its release notes); Network Operator 26.4.x
+    and Calico 3.31 end at 1.35 (tests/test_compat_upgrade_path.py has the sources)."""
     mutate(prod, "kubernetes.version", "1.36.0")
     err = config_error(prod)
-    assert [p.path for p in err.problems] == ["kubernetes.version"] * 3
+    assert [p.path for p in err.problems] == ["kubernetes.version"] * 2
     text = str(err)
     assert "1.36.0" in text
     assert "Network Operator 26.4.1 supports Kubernetes 1.31-1.35" in text
-    assert "GPU Operator v26.3.2 supports Kubernetes 1.30-1.35" in text
     assert "Calico v3.31.3 is tested with Kubernetes 1.32-1.35" in text
+    assert "GPU Operator" not in text
 
 
 def test_calico_older_than_the_kubernetes_version(prod):

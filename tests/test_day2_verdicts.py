@@ -106,6 +106,36 @@ def _new_hca(rows: list[str]) -> list[str]:
     return [r.replace(OLD_GUID, NEW_GUID) if r.startswith("gpu-node-03,2,") else r for r in rows]
 
 
+def _ninth_node(cluster: dict[str, Any]) -> None:
+    (nodes,) = cluster["gpuNodes"]["ranges"]
+    nodes["count"] += 1
+    nodes["racks"].append("r03")
+
+
+def _ninth_node_rows(lines: list[str]) -> list[str]:
+    """gpu-node-08's rows: its own port GUIDs, MAC and host key (docs/day2.md adds it)."""
+    new = [",".join(["gpu-node-08", *r.split(",")[1:3],
+                     r.split(",")[3].replace("a83c", "a93c"),
+                     "5c:25:73:31:08:10", BOARD_KEY])
+           for r in lines if r.startswith("gpu-node-07,")]
+    return [*lines, *new]
+
+
+def _moved(rack: str | None, slot: int) -> Callable[[dict[str, Any]], None]:
+    """gpu-node-03 moved to another slot (and rack): an override of its place."""
+    def change(cluster: dict[str, Any]) -> None:
+        place: dict[str, Any] = {"slot": slot} | ({"rack": rack} if rack else {})
+        cluster["gpuNodes"]["overrides"] = {**(cluster["gpuNodes"].get("overrides") or {}),
+                                            "gpu-node-03": place}
+        if rack:
+            cluster["gpuNodes"]["ranges"][0]["racks"].append(rack)
+    return change
+
+
+# The gate's run waits this long for its nodes' GPUs: timeoutMinutes (30) and 5 for the pods.
+WAIT = "up to 35 min"
+
+
 SCENARIOS: dict[str, Scenario] = {
     # kubeadm upgrade apply refuses a version below the cluster's and a skipped minor:
     # `pulumi up` would fail part-way, after the host preparation was already re-run.
@@ -116,6 +146,16 @@ SCENARIOS: dict[str, Scenario] = {
         runbook=("REFUSED Kubernetes 1.35.2 -> 1.34.3",),
         stderr=("refused: Kubernetes 1.35.2 -> 1.34.3: kubeadm upgrades one minor version at "
                 "a time and never back",)),
+    # A patch release: kubeadm's upgrade, the control plane first, then each GPU node drained
+    # in turn (kubernetes.upgradeBatch 1) and uncordoned once its kubelet reports it.
+    "kubernetes-patch": Scenario(
+        _set("kubernetes.version", "1.35.3"), 0,
+        impact=("  Kubernetes 1.35.2 -> 1.35.3: `pulumi up` runs kubeadm's upgrade: the control "
+                "plane, then the GPU nodes one at a time, each drained",
+                "  nodes drained: 9 (gpu-node-00 … mgmt-01), each in turn for the upgrade"),
+        not_in_impact=("outage: none expected", "REFUSED"),
+        runbook=("kubeadm upgrade apply -y v1.35.3 on mgmt-01", "the GPU nodes one at a time",
+                 "gpu-node-00, then gpu-node-01")),
     "kubernetes-patch-back": Scenario(
         _set("kubernetes.version", "1.35.1"), 4,
         impact=("  Kubernetes 1.35.2 -> 1.35.1: REFUSED, it skips a minor or goes back "
@@ -145,14 +185,25 @@ SCENARIOS: dict[str, Scenario] = {
         runbook=(f"HCA swap in gpu-node-03: rail 2 (mlx5_4, port GUID {OLD_GUID} -> {NEW_GUID}, "
                  "cabled to leaf-su1-r2-3 port 4)", "kubectl drain gpu-node-03",
                  "power it off", "subnet-manager files change on sm-02, sm-01",
+                 # Standby first: the fabric never loses its master, nothing waits for a window.
+                 "the fabric keeps a master throughout, so running work is not interrupted",
                  "power on gpu-node-03", f"`ibstat mlx5_4` port GUID {NEW_GUID}",
-                 "kubectl uncordon gpu-node-03")),
+                 # Re-seated cables are tested before work lands there again.
+                 "kubectl label node gpu-node-03 gpucluster.io/untested=true",
+                 "kubectl uncordon gpu-node-03", "pulumi up --replace '",
+                 "nccl-allreduce-acceptance'"),
+        not_in_runbook=("(maintenance window)",)),
     # A new board behind the same name: drained (a GPU node), its cables re-seated where they
     # were, the new MAC's DHCP reservation loaded before power-on, a fresh join.
     "board-gpu-node": Scenario(
         lambda cluster: None, 0, inventory=_new_board(keep_os=False),
         impact=("  board replaced: gpu-node-03: drained and powered off for the swap; its fabric "
-                "links are down until it is back", "  nodes drained: 1 (gpu-node-03)"),
+                "links are down until it is back", "  nodes drained: 1 (gpu-node-03)",
+                # It re-joins untested: the gate tests it with one node that passed.
+                "  acceptance test: gpu-node-03 untested (no training or serving lands there) "
+                "until a run passes on it with one GPU node of each SU that passed before (a "
+                f"free one if any): {WAIT} for its GPUs, else `pulumi up` fails and it stays "
+                "closed to work"),
         not_in_impact=("HCA replaced",),
         runbook=(f"board replacement of gpu-node-03: its management MAC is now {NEW_MAC}: "
                  "first load build/prod/network/dhcp-hosts", "kubectl drain gpu-node-03",
@@ -209,6 +260,62 @@ SCENARIOS: dict[str, Scenario] = {
                 "serving keeps its other replicas"),
         not_in_impact=("outage: none expected",),
         runbook=("planned reboot of " + ", ".join(GPU_NODES), "check -> drain -> reboot")),
+    # An operator release: its driver DaemonSet changes with it, so the same upgrade
+    # controller takes every GPU node in turn.
+    "gpu-operator-release": Scenario(
+        _set("platform.gpuOperator.version", "v26.7.0"), 0,
+        impact=("  gpu-operator v26.3.2 -> v26.7.0 (its driver DaemonSet with it): the GPU "
+                f"Operator updates 8 GPU nodes ({SPAN}) 1 at a time: on each it waits for the "
+                "pods of `app.kubernetes.io/component in (training,nccl-test)` to finish (no "
+                "time limit), then drains it (its other pods evicted within their disruption "
+                "budgets) and reloads the driver",
+                f"  nodes drained: 8 ({SPAN}), each in turn by the operator updating its driver"),
+        not_in_impact=("no running work is drained", "outage: none expected")),
+    # A ninth node: it joins untested and is tested with one free node that passed, not with
+    # every GPU of a busy cluster (training holds four nodes, serving two or three).
+    "add-node": Scenario(
+        _ninth_node, 0, inventory=_ninth_node_rows,
+        impact=("  nodes added: 1 (gpu-node-08)", "  nodes drained: 0",
+                "  acceptance test: gpu-node-08 untested (no training or serving lands there) "
+                "until a run passes on it with one GPU node of each SU that passed before (a "
+                f"free one if any): {WAIT} for its GPUs, else `pulumi up` fails and it stays "
+                "closed to work"),
+        not_in_impact=("queued until", "jobs resubmitted"),
+        runbook=("gpu-node-08 joins: before it powers on", "NCCL acceptance gate passed")),
+    # Step 1 of a removal: the node drained, the test's definition shrinks; nothing to test.
+    "decommission": Scenario(
+        _set("gpuNodes.decommission", ["gpu-node-07"]), 0,
+        impact=("  acceptance test: re-checked, nothing to run (every GPU node has passed this "
+                "test)",)),
+    # The test itself changed: the new test on two free nodes; all of them is a maintenance
+    # window, not something a `pulumi up` on a busy cluster waits for.
+    "nccl-test-changed": Scenario(
+        _set("workloads.ncclTest.maxBytes", "8G"), 0,
+        impact=("  acceptance test: the test changed: a run on two GPU nodes of one SU that "
+                f"passed before (free ones if any), {WAIT} for their GPUs; every node again is "
+                "a maintenance window (docs/acceptance.md)", "  nodes drained: 0"),
+        not_in_impact=("jobs resubmitted",)),
+    # Another slot: its cables move port for port, and its IPoIB addresses follow the slot
+    # (so do its Lustre NIDs, <address>@o2ib): LNet cannot move an interface under a mount.
+    "slot-move": Scenario(
+        _moved(None, 9), 0,
+        impact=("  existing links moved: 8 (the fabric is re-cabled: every host on them is "
+                "drained)", "  nodes drained: 1 (gpu-node-03)",
+                "  addresses change: gpu-node-03's IPoIB addresses 172.20.128.4 -> "
+                "172.20.128.10 and 7 more rails: its Lustre NIDs change with them (the servers "
+                "see a new client; the old NIDs' exports expire)"),
+        runbook=("kubectl drain gpu-node-03", "`mount -t lustre` on gpu-node-03 must list "
+                 "nothing", "move   gpu-node-03 rail 0 (mlx5_0): leaf-su1-r0-1 port 4 -> "
+                 "leaf-su1-r0-1 port 10  [optical in-rack]", "uncordon the drained nodes"),
+        not_in_runbook=("a new cable",)),
+    # Another rack, away from the switches' (fabric.switchRack r01): its in-rack cables no
+    # longer reach; each moved link needs a cross-rack one.
+    "rack-move": Scenario(
+        _moved("r03", 9), 0,
+        impact=("  existing links moved: 8 (the fabric is re-cabled: every host on them is "
+                "drained); 8 need a new cable (8 x optical cross-rack)",),
+        runbook=("move   gpu-node-03 rail 0 (mlx5_0): leaf-su1-r0-1 port 4 -> leaf-su1-r0-1 "
+                 "port 10  [a new cable: optical in-rack -> optical cross-rack]",)),
     # The GPU Operator's upgrade controller takes every GPU node in turn (driver.upgradePolicy
     # of the stack: one at a time, waiting for training and acceptance pods, then a drain).
     "gpu-driver": Scenario(

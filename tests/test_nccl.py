@@ -10,7 +10,6 @@ under Ring gives ~370 GB/s; NVIDIA's certification passes ib_write_bw at 90 % of
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import subprocess
@@ -18,13 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from support.project import REPO
 from support.sandbox import prod_cluster
+from support.stack_edits import prod_with_rows
 
-from components.config_types import CLUSTER_KEY
 from components.planning import acceptance, nccl, training, workloads
-from components.stack_config import validate_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl"
 RANKS, NODES, RAILS = 64, 8, 8
@@ -81,8 +77,10 @@ def test_prod_gate_uses_the_ndr_figure():
     assert acceptance.nccl_floor_gbs(c, test) == FLOOR
     assert acceptance.rail_floor_gbps(c) == RAIL_FLOOR
     script = acceptance.nccl_gate_script(c, test)
-    assert "--ranks 64 --nodes 8 --min-busbw 368.0" in script
-    assert "--algo Ring --rails 8 --min-rail-gbps 360.0" in script
+    # A run over more than one node: every rail and the rails' floor; on one node, NVLink's.
+    assert "rails=8 floor=368.0\nelse\n  rails=0 floor=370.0\n" in script
+    assert '--min-busbw "$floor" --min-bytes 1073741824 --algo Ring --rails "$rails" \\\n' \
+        "    --min-rail-gbps 360.0" in script
 
 
 # ---------------------------------------------------------------- NCCL_ALGO=Ring
@@ -271,41 +269,46 @@ def test_launcher_checks_the_rails_before_the_collective():
     assert 0 < cmd.index("ib_write_bw") < cmd.index("all_reduce_perf")
     assert cmd.splitlines()[-1].startswith("mpirun ")  # its status is the launcher's
     assert f"rail_hcas='{' '.join(DGX_H100_HCAS)}'" in cmd  # rail order, template names
-    assert "workers=(" + " ".join(f"nccl-allreduce-worker-{i}" for i in range(8)) + ")" in cmd
+    # The run's workers are the Training Operator's hostfile: the gate sizes each run.
+    assert "hostfile=${OMPI_MCA_orte_default_hostfile:-/etc/mpi/hostfile}" in cmd
+    assert 'mpirun --allow-run-as-root -np "$np" -npernode 8 ' in cmd
     for flag in ("-d \"$1\"", "--report_gbits", "-D \"$secs\"", "-q 4", "-s 65536"):
         assert flag in cmd
     assert "/opt/kube/kubectl" in cmd  # where the Training Operator puts it in the launcher
     script = acceptance.nccl_gate_script(c, c.workloads.nccl_test)
     plan = [x for x in script.splitlines() if x.startswith(("# 1.", "# 2."))]
     assert plan == [
-        "# 1. ib_write_bw on each of 8 rails, node to next node in a ring: >= 360 Gb/s each.",
-        "# 2. all_reduce_perf with NCCL_ALGO=Ring: bus bandwidth floor 368.0 GB/s."]
+        "# 1. ib_write_bw on each of 8 rails, node to next node in a ring: >= 360 Gb/s each "
+        "(more than one node).",
+        "# 2. all_reduce_perf with NCCL_ALGO=Ring: bus bandwidth floor 368.0 GB/s (370.0 GB/s "
+        "on one node)."]
 
 
-def test_one_node_has_no_rail_check():
-    c = prod_cluster()
-    test = c.workloads.nccl_test.model_copy(update={"nodes": 1})
-    job = acceptance.nccl_test_mpijob(c, test)
-    cmd = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
-        "args"][0]
-    assert "ib_write_bw" not in cmd and cmd.startswith("mpirun ")
-    assert "--rails 0 " in acceptance.nccl_gate_script(c, test)
+@pytest.mark.parametrize(("workers", "ranks"), [(1, 8), (2, 16), (9, 72)])
+def test_a_run_takes_its_size_from_the_hostfile(tmp_path, workers, ranks):
+    """The launcher's rail check and rank count follow the run's hostfile (one line per worker,
+    as the Training Operator writes it): one node has no rail to check."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"nccl-allreduce-run-worker-{i} slots=8\n"
+                                for i in range(workers)))
+    rails = acceptance.rail_check_script(prod_cluster())
+    proc = subprocess.run(["bash", "-c", rails + 'echo "ranks $np"'], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "KUBECTL": "false",
+                                          "OMPI_MCA_orte_default_hostfile": str(hostfile)},
+                          timeout=120)
+    assert proc.stdout.splitlines()[-1] == f"ranks {ranks}"
+    started = [x for x in proc.stdout.splitlines() if x.startswith("# rail-check: start")]
+    assert started == ([] if workers == 1 else [
+        f"# rail-check: start: ib_write_bw on 8 rails x {workers} nodes in a ring, 10 s per "
+        "pair, floor 360 Gb/s"])
 
 
 def test_a_node_with_other_hca_names_gets_its_own(tmp_path):
-    raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"][CLUSTER_KEY]
-    rows = list(csv.DictReader((REPO / raw["inventoryFile"]).open()))
-    for row in rows:
-        if row["hostname"] == "gpu-node-05" and row["rail"] == "2":
-            row["hca"] = "mlx5_2"
-    path = tmp_path / "inventory.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    raw["inventoryFile"] = str(path)
-    script = acceptance.rail_check_script(validate_cluster(raw, REPO),
-                                         prod_cluster().workloads.nccl_test)
+    def edit(rows: list[dict[str, str]]) -> None:
+        for row in rows:
+            if row["hostname"] == "gpu-node-05" and row["rail"] == "2":
+                row["hca"] = "mlx5_2"
+    script = acceptance.rail_check_script(prod_with_rows(tmp_path, edit))
     own = DGX_H100_HCAS[:2] + ["mlx5_2"] + DGX_H100_HCAS[3:]
     assert f"    gpu-node-05) echo '{' '.join(own)}' ;;" in script
     assert script.count(") echo '") == 1
@@ -327,15 +330,18 @@ def run_rail_check(tmp_path: Path, perftest: bool = True, **fake: str) -> str:
     """The rendered rail check, run by bash against tests/data/nccl/bin's kubectl and
     ib_write_bw stand-ins (8 workers, 8 rails, all on this machine)."""
     c = prod_cluster()
-    script = acceptance.rail_check_script(c, c.workloads.nccl_test)
+    script = acceptance.rail_check_script(c)
     bindir = tmp_path / "bin"
     bindir.mkdir()
+    hostfile = tmp_path / "hostfile"  # as the Training Operator writes it for 8 workers
+    hostfile.write_text("".join(f"nccl-allreduce-worker-{i} slots=8\n" for i in range(NODES)))
     shutil.copy(DATA / "bin" / "kubectl", bindir / "kubectl")
     if perftest:
         shutil.copy(DATA / "bin" / "ib_write_bw", bindir / "ib_write_bw")
     env = {"PATH": os.pathsep.join([str(bindir), str(Path(sys.executable).parent), "/usr/bin",
                                     "/bin"]),
            "KUBECTL": str(bindir / "kubectl"), "RAIL_CHECK_SETTLE_S": "0",
+           "OMPI_MCA_orte_default_hostfile": str(hostfile),
            **{f"FAKE_{k.upper()}": v for k, v in fake.items()}}
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
                           timeout=300)

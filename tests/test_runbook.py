@@ -70,7 +70,9 @@ def test_add_a_node(project: Path) -> None:
     assert sum(" plug " in f" {line} " for line in lines) == 8
     assert first(lines, "plug") < first(lines, "gpu-node-07 joins")
     assert not any("drain" in line and "gpu-node-0" in line for line in lines)
-    assert any("NCCL acceptance test" in line for line in lines)
+    # The check names what a passed gate leaves: no node still marked untested.
+    assert any("NCCL acceptance gate passed" in line
+               and "kubectl get nodes -l gpucluster.io/untested" in line for line in lines)
 
 
 @pytest.mark.slow

@@ -94,16 +94,18 @@ def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twi
 def test_every_gang_is_admitted_by_its_queue_and_runs(twin) -> None:
     """Volcano (built from its module, with the stack's scheduler configuration) admitted the
     PodGroups the Training Operator and Volcano's controller created: the training job's
-    group of 4 whole nodes and the serving replicas'. The NCCL test's group (launcher and 8
-    workers) ran and was deleted by the operator when the test succeeded."""
+    group of 4 whole nodes and the serving replicas'. The NCCL test's run (launcher and 8
+    workers) ran and its group was deleted by the operator when the test succeeded."""
     groups = {(g["metadata"]["namespace"], g["spec"]["queue"]): g for g in twin["podgroups"]}
     assert set(groups) == {("training", "training"), ("inference", "inference")}
     assert groups[("training", "training")]["spec"]["minMember"] == 4
     assert groups[("training", "training")]["status"]["phase"] == "Running"
     assert groups[("inference", "inference")]["status"]["phase"] == "Running"
-    launcher = next(p for p in twin["pods"] if p["metadata"]["name"] == "nccl-allreduce-launcher")
+    launcher = next(p for p in twin["pods"]
+                    if p["metadata"]["name"] == "nccl-allreduce-run-launcher")
     assert launcher["status"]["phase"] == "Succeeded"
-    assert launcher["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "nccl-allreduce"
+    assert launcher["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == \
+        "nccl-allreduce-run"
 
 
 def test_the_operator_starts_torchrun_with_the_elastic_c10d_rendezvous(twin) -> None:
@@ -142,17 +144,22 @@ def test_serving_replicas_land_on_distinct_nodes_away_from_training(twin) -> Non
 
 
 def test_the_nccl_test_runs_alone_and_finishes_before_training_exists(twin) -> None:
+    """The gate's run of the stack's (suspended) MPIJob, on every GPU node of a new cluster,
+    finished before the training job was created; the nodes are open to work only after."""
     jobs = {j["metadata"]["name"]: j for j in twin["jobs"]}
-    done = [c for c in jobs["nccl-allreduce"]["status"]["conditions"]
+    assert jobs["nccl-allreduce"]["spec"]["runPolicy"]["suspend"] is True
+    done = [c for c in jobs["nccl-allreduce-run"]["status"]["conditions"]
             if c["type"] == "Succeeded" and c["status"] == "True"]
-    assert done, jobs["nccl-allreduce"]["status"]
+    assert done, jobs["nccl-allreduce-run"]["status"]
     finished = done[0]["lastTransitionTime"]
     for name in ("llama-70b-pretrain",):
         assert jobs[name]["metadata"]["creationTimestamp"] >= finished
     # Its workers gave their GPUs back (cleanPodPolicy: Running); the launcher's log stays.
     left = [p["metadata"]["name"] for p in twin["pods"]
             if p["metadata"]["name"].startswith("nccl-allreduce")]
-    assert left == ["nccl-allreduce-launcher"], left
+    assert left == ["nccl-allreduce-run-launcher"], left
+    assert not [n["metadata"]["name"] for n in twin["nodes"]
+                if "gpucluster.io/untested" in n["metadata"]["labels"]]
     assert twin["report"]["gates"] == {"nccl-allreduce-acceptance": "Created, Succeeded"}
 
 
@@ -226,7 +233,7 @@ def test_training_created_beside_the_nccl_test_fails(tmp_path: Path, build: Path
     failures = "\n".join(res["report"]["failures"])
     # Volcano either admits training first (the test then never gets its 8 nodes) or the
     # test first (training's gang then exists while the fabric is still under test).
-    assert "acceptance job training/nccl-allreduce never finished" in failures or \
+    assert "acceptance job training/nccl-allreduce-run never finished" in failures or \
         "before the acceptance test finished" in failures, failures
 
 

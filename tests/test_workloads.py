@@ -8,13 +8,13 @@ stack file (shm 128Gi, HPA 2->6) and the upstream schemas, not from the code und
 from __future__ import annotations
 
 import copy
-import csv
 import functools
 import json
 from pathlib import Path
 
 import pytest
 import yaml
+from support.stack_edits import prod_with_rows
 
 from components.config import Cluster
 from components.config_types import CLUSTER_KEY
@@ -51,17 +51,10 @@ def prod() -> Cluster:
 
 @pytest.fixture(scope="module")
 def other_hcas(tmp_path_factory) -> Cluster:
-    raw = copy.deepcopy(_raw())
-    rows = list(csv.DictReader((PROJECT_DIR / raw["inventoryFile"]).open()))
-    for row in rows:
-        row["hca"] = OTHER_HCAS[int(row["rail"])]
-    path = tmp_path_factory.mktemp("inv") / "other.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    raw["inventoryFile"] = str(path)
-    return validate_cluster(raw, PROJECT_DIR)
+    def edit(rows: list[dict[str, str]]) -> None:
+        for row in rows:
+            row["hca"] = OTHER_HCAS[int(row["rail"])]
+    return prod_with_rows(tmp_path_factory.mktemp("inv"), edit)
 
 
 def clusters(other):
@@ -232,12 +225,18 @@ def test_nccl_test_spans_every_gpu_node():
     launcher = spec["Launcher"]["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in launcher["resources"]["limits"]
     cmd = launcher["args"][0]
-    assert "-np 64 -npernode 8" in cmd and "all_reduce_perf" in cmd and "-e 4G" in cmd
+    # Ranks: 8 per worker of the run (its hostfile; the gate sizes each run).
+    assert '-np "$np" -npernode 8' in cmd and "all_reduce_perf" in cmd and "-e 4G" in cmd
     for name in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG"):
         assert f"-x {name}" in cmd
+    # Applied suspended: the definition the gate's runs copy, never run itself.
+    assert test["spec"]["runPolicy"]["suspend"] is True
     script = acceptance.nccl_gate_script(c, c.workloads.nccl_test)
     # 8 rails x 46 GB/s per NDR rail (Ring all-reduce busbw, docs/acceptance.md) x 1.0.
-    assert "--ranks 64 --nodes 8" in script and "--min-busbw 368.0" in script
+    assert "rails=8 floor=368.0" in script
+    # Every GPU node the stack plans, with its SU (prod's eight are one SU).
+    assert "--gpu-nodes " + ",".join(f"gpu-node-{i:02d}=su1" for i in range(8)) + " \\\n" \
+        in script
 
 
 # ---------------------------------------------------------------- security

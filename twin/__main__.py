@@ -25,6 +25,7 @@ from types import FrameType
 from typing import NoReturn
 
 from components.config import Cluster
+from components.planning.acceptance import gpu_node_sus
 from components.planning.nodes import planned_nodes
 from components.planning.platform import (
     inference_namespaces,
@@ -49,18 +50,17 @@ from .operators import (
 )
 from .run import (
     AGENT_LABEL,
-    Gate,
     TwinReport,
     apply_manifests,
     apply_probes,
     gates,
     load_rendering,
     object_key,
+    play_gate,
     prepare,
     settle,
     snapshot,
     training_operator_objects,
-    wait_for_job,
     write_report,
     write_state,
 )
@@ -138,8 +138,9 @@ def _run(argv: list[str] | None) -> int:
         "Volcano and the Training Operator: processes on this machine, their webhooks "
         "reached through their Services' endpoints; Volcano built against volcano.sh/apis "
         f"{built.get('volcanoApis', 'unknown')} (the module proxy serves no v1.15 API module)",
-        "every acceptance gate: the twin waits for its job; the launcher's mpirun is a KWOK "
-        "stage that exits 0 after 5 s (no NCCL output to check)"])
+        "every acceptance gate: the twin runs its job on the nodes the gate chooses and "
+        "waits for it; the launcher's mpirun is a KWOK stage that exits 0 after 5 s (no NCCL "
+        "output to check)"])
     try:
         modules = {m: module_dir(m, v, work) for m, v in (
             ("volcano.sh/volcano", built["volcano"]),
@@ -164,15 +165,18 @@ def _run(argv: list[str] | None) -> int:
                             report)
             apply_probes(cp, releases, report)
             register_csi_drivers(cp, manifests)
+            runs = []
+            sus = gpu_node_sus(cluster)
             for g in plan_gates:
-                report.gates[g.name] = wait_for_job(cp, g.job, timeout=args.gate_timeout)
+                report.gates[g.name], run = play_gate(cp, g, sus, args.gate_timeout)
+                runs.append(run)
             # `pulumi up` stops at a failed gate: what waits for it is never created.
             if all("Succeeded" in state for state in report.gates.values()):
                 apply_manifests(cp, [m for m in manifests if object_key(m) in after_gates],
                                 report)
             state = snapshot(cp, settle(cp, report))
             write_state(args.out, state, report)
-            verify(cluster, state, plan_gates, report)
+            verify(cluster, state, runs, report)
             report.failures += checks.pod_admission(cp, cluster, report.seen)
             report.failures += checks.anonymous_access(cp, report.seen)
             report.failures += checks.drain_honours_budget(
@@ -197,7 +201,7 @@ def scheduler_conf(releases: list[dict]) -> str:
     return volcano["values"]["custom"]["scheduler_config_override"]
 
 
-def verify(cluster: Cluster, state: dict[str, list[dict]], plan_gates: list[Gate],
+def verify(cluster: Cluster, state: dict[str, list[dict]], runs: list[tuple[str, str, str]],
            report: TwinReport) -> None:
     pods, podgroups = state["pods"], state["podgroups"]
     report.failures += checks.podgroups_running(podgroups)
@@ -205,7 +209,7 @@ def verify(cluster: Cluster, state: dict[str, list[dict]], plan_gates: list[Gate
         pods, state["nodes"], su_label_key(cluster), largest_su(cluster))
     report.failures += checks.replicas_on_distinct_nodes(pods)
     report.failures += checks.gate_ran_alone(state["jobs"], podgroups,
-                                             [f"{g.job[1]}/{g.job[2]}" for g in plan_gates])
+                                             [f"{ns}/{name}" for _, ns, name in runs])
     report.failures += checks.pod_security(state["events"])
     report.failures += checks.node_agents_on_every_node(
         state["daemonsets"], pods, state["nodes"], AGENT_LABEL)

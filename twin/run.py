@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from components.planning import acceptance_run
 from components.planning.nodes import PlannedNode
 from components.planning.release_placement import COMPONENTS, probes
 
@@ -69,8 +70,10 @@ class TwinReport:
 
 
 def node_object(n: PlannedNode) -> dict[str, Any]:
+    """A planned node as it is once placed: a GPU node also carries what its kubelet registers
+    (kubeadm join) until the acceptance gate has tested it."""
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": n.name, "labels": dict(n.labels),
+            "metadata": {"name": n.name, "labels": {**n.labels, **n.registered},
                          "annotations": dict(KWOK_ANNOTATION)},
             "spec": {"taints": [dict(t) for t in n.taints]},
             "status": {"allocatable": dict(n.allocatable), "capacity": dict(n.allocatable)}}
@@ -236,6 +239,23 @@ def gates(plan: Mapping[str, Any]) -> list[Gate]:
             raise ValueError(f"{r['urn']} waits for a job without a kind or metadata.name")
         found.append(Gate(r["name"], jobs[0], after))
     return found
+
+
+def play_gate(cp: ControlPlane, gate: Gate, sus: Mapping[str, str], timeout: float
+              ) -> tuple[str, tuple[str, str, str]]:
+    """Play an acceptance gate as its script does (components/planning/acceptance_run.py):
+    the nodes it chooses on a cluster's first run, a copy of the job it waits for run there,
+    and those nodes opened to work once it succeeded. Its state and the run's key."""
+    kind, ns, name = gate.job
+    chosen = acceptance_run.select(sus, cp.get("nodes")["items"],
+                                   cp.get("pods", "--all-namespaces")["items"], changed=True)
+    run = acceptance_run.instance(cp.get(kind.lower(), name, "-n", ns), chosen.hosts)
+    cp.kubectl("create", "-f", "-", stdin=json.dumps(run))
+    key = (kind, ns, run["metadata"]["name"])
+    state = wait_for_job(cp, key, timeout)
+    if "Succeeded" in state and chosen.untested:
+        cp.kubectl("label", "nodes", *chosen.untested, f"{acceptance_run.UNTESTED}-")
+    return state, key
 
 
 def wait_for_job(cp: ControlPlane, key: tuple[str, str, str], timeout: float) -> str:

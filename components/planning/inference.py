@@ -14,6 +14,7 @@ from components.planning.workloads import (
     claim_volumes,
     mount_root,
     shm_volume,
+    tested_nodes_only,
 )
 
 
@@ -126,6 +127,15 @@ def _container(svc: InferenceService) -> dict:
     }
 
 
+def _affinity(cluster: Cluster, labels: dict[str, str]) -> dict:
+    """One replica per node: a node lost or drained takes one replica, never the service
+    (Volcano's binpack would otherwise stack replicas on the fullest node); with an acceptance
+    gate, only on nodes that passed it."""
+    spread = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return tested_nodes_only(spread) if cluster.acceptance_gated else spread
+
+
 def _pod_spec(cluster: Cluster, svc: InferenceService, labels: dict[str, str]) -> dict:
     """On a GPU node through Volcano, one replica per node."""
     return {
@@ -138,10 +148,7 @@ def _pod_spec(cluster: Cluster, svc: InferenceService, labels: dict[str, str]) -
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 120,
-        # One replica per node: a node lost or drained takes one replica, never the service
-        # (Volcano's binpack would otherwise stack replicas on the fullest node).
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}},
+        "affinity": _affinity(cluster, labels),
         "containers": [_container(svc)],
         "volumes": claim_volumes({"weights": claim_name(svc.weights)}) + [
             shm_volume(svc.shm_size), {"name": "cache", "emptyDir": {"sizeLimit": "64Gi"}}],

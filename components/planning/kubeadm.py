@@ -18,7 +18,7 @@ import yaml
 from components.config import Cluster, Host
 from components.gpu_nodes import GpuNode
 from components.planning import kubelet_serving
-from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, node_label
+from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, UNTESTED_LABEL, node_label
 from components.planning.script_files import template
 from components.tunables import KUBELET_EVICTION_HARD
 
@@ -319,9 +319,23 @@ def join_configuration(cluster: Cluster, node: GpuNode) -> dict:
                 "caCertHashes": ["${CA_CERT_HASH}"],
             }
         },
-        "nodeRegistration": {**node_registration(node.hostname, str(node.management_ip)),
-                             "taints": [GPU_TAINT]},
+        "nodeRegistration": _gpu_node_registration(node, cluster.acceptance_gated),
     }
+
+
+# What a GPU node's kubelet registers beyond its name and address: the GPU taint, and (with an
+# acceptance gate) the label that keeps work off it until the acceptance test passed there.
+REGISTERED_LABELS = {UNTESTED_LABEL: "true"}
+
+
+def _gpu_node_registration(node: GpuNode, gated: bool) -> dict:
+    reg = node_registration(node.hostname, str(node.management_ip))
+    if not gated:  # no acceptance gate: nothing would ever mark the node tested
+        return {**reg, "taints": [GPU_TAINT]}
+    labels = ",".join(f"{k}={v}" for k, v in REGISTERED_LABELS.items())
+    return {**reg, "kubeletExtraArgs": [*reg["kubeletExtraArgs"],
+                                        {"name": "node-labels", "value": labels}],
+            "taints": [GPU_TAINT]}
 
 
 # libyaml's emitter when PyYAML has it: the same text in a fifth of the time (one per node).

@@ -30,6 +30,9 @@ class PlannedNode:
     labels: Mapping[str, str]
     taints: tuple[Mapping[str, str], ...]
     allocatable: Mapping[str, str] = field(default_factory=dict)
+    # Labels its kubelet registers that a later step removes (kubeadm.REGISTERED_LABELS:
+    # until the acceptance gate passed there); not in `labels`, the steady state.
+    registered: Mapping[str, str] = field(default_factory=dict)
 
 
 def _allocatable(cpu: int, memory_gib: int, cluster: Cluster) -> tuple[str, str]:
@@ -68,5 +71,6 @@ def planned_nodes(cluster: Cluster) -> list[PlannedNode]:
             {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": GPU_NODE_EPHEMERAL,
              "nvidia.com/gpu": str(n.gpu.count),
              # The RDMA shared device plugin: rdmaHcaMax pods may share the node's HCAs.
-             platform.rdma_resource(cluster): str(platform.RDMA_HCA_MAX)}))
+             platform.rdma_resource(cluster): str(platform.RDMA_HCA_MAX)},
+            dict(kubeadm.REGISTERED_LABELS) if cluster.acceptance_gated else {}))
     return nodes

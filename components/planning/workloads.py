@@ -134,8 +134,20 @@ def topology_affinity(cluster: Cluster, group: dict[str, str], nodes: int,
         {"weight": 100, "podAffinityTerm": term}]}}
 
 
+def tested_nodes_only(affinity: dict | None = None) -> dict:
+    """`affinity` and: never on a GPU node that has not passed the acceptance test yet."""
+    return {**(affinity or {}), "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": labels.UNTESTED_LABEL, "operator": "DoesNotExist"}]}]}}}
+
+
 def gpu_pod_spec(cluster: Cluster, containers: list[dict], volumes: list[dict],
-                  affinity: dict | None) -> dict:
+                 affinity: dict | None, untested: bool = False) -> dict:
+    """A GPU pod through Volcano; on tested nodes only (with an acceptance gate) unless
+    `untested` (the acceptance test's own workers, which the gate pins to the nodes it
+    tests)."""
+    if cluster.acceptance_gated and not untested:
+        affinity = tested_nodes_only(affinity)
     spec: dict[str, Any] = {
         "schedulerName": VOLCANO,
         "priorityClassName": platform.TRAINING_PRIORITY,
@@ -196,7 +208,8 @@ def mpi_launcher(image: str, command: str, env: list[dict]) -> dict:
     }
 
 
-def mpirun_command(env: list[dict], np: int, per_node: int, program: list[str]) -> str:
+def mpirun_command(env: list[dict], np: int | str, per_node: int, program: list[str]
+                   ) -> str:
     """mpirun over the workers (the operator's kubectl-exec agent), forwarding NCCL's env."""
     forward = " ".join(f"-x {e['name']}" for e in env)
     return (f"mpirun --allow-run-as-root -np {np} -npernode {per_node} --bind-to none "

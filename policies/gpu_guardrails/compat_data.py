@@ -10,17 +10,38 @@ Each entry cites its source, so a reviewer can check it against the vendor's mat
 # components (RDMA shared device plugin, Multus, CNI plugins, IPoIB CNI, nv-ipam) are tagged
 # network-operator-v<release> in the release's chart values, under `repository`.
 NETWORK_OPERATOR_RELEASES: dict[str, dict] = {
+    # 26.4.x: Kubernetes ">=1.31 and <=1.35", Ubuntu 22.04/24.04 upstream Kubernetes 1.31-1.35
+    # (https://docs.nvidia.com/networking/display/kubernetes2640/platform-support.html, from
+    # Mellanox/network-operator-docs docs/platform-support.rst); 26.4.1 changes DOCA-OFED and
+    # dependencies, no Kubernetes minor
+    # (https://github.com/Mellanox/network-operator/releases/tag/v26.4.1). docaDriver: the
+    # Mofed version in hack/release.yaml at each tag.
     "26.4.0": {"kubernetes": (31, 35), "repository": "nvcr.io/nvidia/mellanox",
                "docaDriver": "doca3.4.0-26.04-0.8.6.0-0"},
     "26.4.1": {"kubernetes": (31, 35), "repository": "nvcr.io/nvidia/mellanox",
                "docaDriver": "doca3.4.1-26.04-1.1.0.0-1"},
+    # Not here yet: 26.7.0, the first release whose platform support reaches Kubernetes 1.36
+    # (">=1.32 and <=1.36",
+    # https://docs.nvidia.com/networking/display/kubernetes2670/platform-support.html). Its
+    # entry waits for the GA DOCA-OFED driver tag from that page's component list (the
+    # release candidates carried doca3.5.0-26.07-0.7.x staging builds): until then no Network
+    # Operator release here supports Kubernetes 1.36, and the config refuses 1.36.
 }
 
 # GPU Operator release -> the Kubernetes minors it supports (GPU Operator platform support
-# matrix). Its images come from the chart itself (pinned by the chart version).
+# matrix, "Supported Operating Systems and Kubernetes Platforms", the upstream Kubernetes
+# column of Ubuntu 22.04 and 24.04, the bases of DGX OS 6 and 7; where they differ, the range
+# both allow). Its images come from the chart itself (pinned by the chart version).
 GPU_OPERATOR_RELEASES: dict[str, dict] = {
-    "v26.3.2": {"kubernetes": (30, 35)},
-    "v26.7.0": {"kubernetes": (31, 35)},
+    # 26.3.2 "Added support for Kubernetes 1.36"
+    # (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/release-notes.html,
+    # 26.3.2); its platform support: Ubuntu 22.04 and 24.04, 1.32-1.36 (NVIDIA/cloud-native-docs
+    # gpu-operator/platform-support.rst, "Add docs for 26.3.2", de99f9d3).
+    "v26.3.2": {"kubernetes": (32, 36)},
+    # 26.7.0: Ubuntu 24.04 1.32-1.36, Ubuntu 22.04 1.33-1.36
+    # (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html;
+    # NVIDIA/cloud-native-docs, "Release docs 26.7.0", 187a4a5b).
+    "v26.7.0": {"kubernetes": (33, 36)},
 }
 
 # (GPU Operator, Network Operator) pairs whose GPUDirect RDMA integration is not supported.
@@ -45,10 +66,13 @@ TRAINING_OPERATOR_COMMITS: dict[str, str] = {
 }
 
 # Calico (tigera-operator) minor series -> Kubernetes minor versions it is tested with
-# (Calico's per-release system requirements).
+# (Calico's per-release system requirements, "Kubernetes requirements", "Supported versions":
+# https://docs.tigera.io/calico/<series>/getting-started/kubernetes/requirements, from
+# tigera/docs calico_versioned_docs/version-<series>/_includes/partials/_system-requirements.mdx).
 CALICO_K8S: dict[str, tuple[int, int]] = {
     "v3.30": (31, 33),
-    "v3.31": (32, 35),
+    "v3.31": (32, 35),  # 1.32, 1.33, 1.34, 1.35
+    "v3.32": (34, 36),  # 1.34, 1.35, 1.36
 }
 
 # vLLM's OpenAI server: releases before this one have published security advisories the

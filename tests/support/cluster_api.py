@@ -422,6 +422,7 @@ def _node(node: PlannedNode, absent: set[str]) -> dict[str, Any]:
     KWOK manages its status from there."""
     labels = {k: v for k, v in node.labels.items()
               if k in KUBELET_LABELS or node.role == "control-plane"}
+    labels |= node.registered  # its join's --node-labels, until the acceptance gate
     resources = {k: v for k, v in node.allocatable.items() if k not in absent}
     return {"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": node.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},

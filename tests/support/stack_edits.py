@@ -3,13 +3,14 @@ and the rendered baseline a preview of them is compared with."""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from support.project import run_offline
+from support.project import REPO, prod_raw, run_offline
 
 KEY = "gpu-cluster:cluster"
 
@@ -37,3 +38,20 @@ def render_baseline(project: Path) -> None:
     """`offline preview --render`: rendered/prod becomes what the next preview diffs against."""
     proc = run_offline(project, "preview", "--render")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def prod_with_rows(directory: Path, edit: Callable[[list[dict[str, str]]], None]) -> Any:
+    """Prod validated with its inventory rows (dicts by column) as `edit` leaves them, the
+    edited file written under `directory`."""
+    from components.stack_config import validate_cluster
+
+    raw = prod_raw()
+    rows = list(csv.DictReader((REPO / raw["inventoryFile"]).open()))
+    edit(rows)
+    path = directory / "inventory.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    raw["inventoryFile"] = str(path)
+    return validate_cluster(raw, REPO)

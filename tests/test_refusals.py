@@ -1,0 +1,50 @@
+"""The refusals the program itself makes against what the stack deployed (its own outputs),
+so that the engine's `pulumi preview` fails where `pulumi up` must not go: kubeadm's version
+skew policy (one minor at a time, never back) and sshd refusing a key no host authorises."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from support.sandbox import prod_cluster
+
+from components.planning import refusals
+
+
+@pytest.mark.parametrize(("new", "refused"), [
+    ("1.35.2", False), ("1.35.4", False), ("1.36.0", False),  # a patch, the next minor
+    ("1.37.0", True),  # skips 1.36
+    ("1.34.3", True), ("1.35.1", True),  # back a minor, back a patch
+    ("2.0.0", True)])
+def test_kubeadm_upgrades_one_minor_at_a_time_and_never_back(new: str, refused: bool) -> None:
+    verdict = refusals.version_skew("1.35.2", new)
+    assert (verdict is not None) is refused, verdict
+    if verdict:
+        assert verdict.startswith(f"kubernetes.version 1.35.2 -> {new}: ")
+        assert "set it to 1.36.x at most, or back to 1.35.2" in verdict
+
+
+def _key() -> str:
+    return Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+def test_a_login_key_no_host_authorises_is_refused_and_its_two_steps_are_not() -> None:
+    prod = prod_cluster()
+    deployed = refusals.authorised_keys(prod)
+    assert refusals.refusals(prod, prod.kubernetes.version, deployed) == []
+    new = _key()
+    creds = prod.credentials
+    swapped = prod.model_copy(update={"credentials": creds.model_copy(
+        update={"ssh_public_key": new})})
+    (refusal,) = refusals.refusals(swapped, prod.kubernetes.version, deployed)
+    assert "no host authorises it yet" in refusal
+    # Step 1: the new key authorised alongside; step 2 (after it is applied): the swap.
+    step1 = prod.model_copy(update={"credentials": creds.model_copy(
+        update={"ssh_authorized_keys": (*creds.ssh_authorized_keys, new)})})
+    assert refusals.refusals(step1, prod.kubernetes.version, deployed) == []
+    assert refusals.refusals(swapped, prod.kubernetes.version,
+                             refusals.authorised_keys(step1)) == []
+    # A first `pulumi up`: nothing deployed, nothing to judge against.
+    assert refusals.refusals(swapped, None, None) == []
