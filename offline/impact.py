@@ -166,7 +166,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     lines.append(
         f"  existing links moved: {moved}"
         + (" (the fabric is re-cabled: every host on them is drained)" if moved else "")
-        + (f"; {sum(media.values())} need a new cable ("
+        + (f"; {sum(media.values())} need{'s' * (sum(media.values()) == 1)} a new cable ("
            + ", ".join(f"{n} x {kind}" for kind, n in sorted(media.items())) + ")"
            if media else ""))
     lines.append(f"  cables to plug: {len(new)}" + (f" ({_cables(new, 'new')})" if new else "")

@@ -794,8 +794,10 @@ def scale_cluster(tmp_path_factory) -> tuple[Cluster, str]:
     stack_text = (DATA / "gpu-nodes-1024.yaml").read_text()
     raw = prod_raw()
     raw.update(yaml.safe_load(stack_text))
-    for pin in ("railsPerLeaf", "spines"):  # prod's site size, not this one's
-        raw["fabric"].pop(pin)
+    # Prod's site size and its switches' facts, not this one's.
+    for key in ("railsPerLeaf", "spines", "switchGuids", "switchManagementIps",
+                "switchHostKeys"):
+        raw["fabric"].pop(key)
     raw["inventoryFile"] = str(_scale_inventory(tmp_path_factory.mktemp("scale")))
     # 1023 kubelets need 1023 per-node /24s: prod's /16 holds 256.
     raw["kubernetes"]["podCidr"] = "10.128.0.0/13"

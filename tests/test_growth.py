@@ -240,8 +240,10 @@ def test_growing_to_a_full_su_and_one_node_beyond_says_what_it_costs(project: Pa
     resize(project, 31, 1, railsPerLeaf=1, spines=8, retired=PROD_LEAVES,
            switches=(*SU1_LEAVES, *SU2_LEAVES, *[f"spine-{i:02d}" for i in range(3, 9)]))
     out, steps = preview(project)
+    # sm-01's cable moves to a port its in-rack DAC does not reach: an in-rack optical one
+    # replaces it.
     assert out[1] == ("  existing links moved: 194 (the fabric is re-cabled: every host on them "
-                      "is drained)")
+                      "is drained); 1 needs a new cable (1 x optical in-rack)")
     assert out[3].startswith("  switches: rack 22 (leaf-su1-r0 … spine-08), retire 4")
     assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
     got = changed(project)

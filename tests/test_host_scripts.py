@@ -260,8 +260,6 @@ def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
         CHECKS[ROLES[host], name](sb, first)
 
 
-# Checks that only read the cluster: rerunning them is a no-op by construction (asserted below).
-READ_ONLY_SCRIPTS = {("control-plane", "nccl-acceptance.sh")}
 # Run in chain order with a reboot between them (and a second pass that changes nothing) by
 # tests/test_planned_reboots.py: scripts/<node>/planned-reboot/*.sh.
 CHAINED_SCRIPTS = {("gpu-worker", "planned-reboot")}
@@ -273,22 +271,15 @@ ELSEWHERE = {
     ("gpu-worker", "ssh-keys.sh"), ("control-plane", "ssh-keys.sh"), ("sm-host", "ssh-keys.sh"),
     # tests/test_workloads.py: minted once, never on a command line
     ("control-plane", "llama-70b-api-key.sh"),
+    # tests/test_acceptance_gate.py: chooses the nodes, runs the test there, marks them tested;
+    # run again, it finds nothing to test
+    ("control-plane", "nccl-acceptance.sh"),
 }
 
 
 def test_every_rendered_script_is_covered() -> None:
     rendered = {(ROLES[k.split("/")[0]], k.split("/")[1]) for k in SCRIPTS}
-    assert rendered == set(CHECKS) | READ_ONLY_SCRIPTS | CHAINED_SCRIPTS | ELSEWHERE
-
-
-def test_read_only_scripts_only_read() -> None:
-    for key, text in SCRIPTS.items():
-        if (ROLES[key.split("/")[0]], key.split("/")[1]) not in READ_ONLY_SCRIPTS:
-            continue
-        verbs = set(re.findall(r"\bkubectl\s+(?:-n\s+\S+\s+)?([a-z-]+)", text))
-        assert verbs and verbs <= {"get", "logs"}, (key, verbs)
-        for word in ("systemctl", "kubeadm", "apt-get", "mdadm", "mkfs", "rm -rf /"):
-            assert word not in text, (key, word)
+    assert rendered == set(CHECKS) | CHAINED_SCRIPTS | ELSEWHERE
 
 
 # --- GPU node: scratch array, kernel arguments, rails ----------------------------------------
