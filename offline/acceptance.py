@@ -15,6 +15,7 @@ from .diff import Change
 GATE = "-acceptance"  # the gate command: <test>-acceptance, in the workloads layer
 # The gate's own words for how long it waits for its run's GPUs (scripts/acceptance/gate.sh).
 WAIT = re.compile(r"were not free within (\d+) minutes")
+UNTESTED = "gpucluster.io/untested"  # components/planning/labels.py UNTESTED_LABEL
 
 
 def gate_change(changes: Iterable[Change]) -> Change | None:
@@ -66,10 +67,8 @@ def acceptance_line(changes: Sequence[Change], new_inputs: Mapping[str, Mapping[
 def retest_step(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
     """How to put a drained node back through the gate (a re-seated HCA): marked untested
     before it is uncordoned, so no new work lands there until a run passed on it."""
-    from components.planning.labels import UNTESTED_LABEL
-
     urn = gate_urn(new_inputs)
     rerun = f"pulumi up --replace '{urn}'" if urn else "re-run the acceptance gate"
-    return (f"kubectl label node {host} {UNTESTED_LABEL}=true, then kubectl uncordon {host} and "
+    return (f"kubectl label node {host} {UNTESTED}=true, then kubectl uncordon {host} and "
             f"`{rerun}`: the gate tests {host} with a node that passed before and opens it to "
             "work")

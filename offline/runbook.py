@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .acceptance import UNTESTED
 from .addresses import address_steps
 from .conventions import ports as _ports
 from .conventions import span as _span
@@ -190,11 +191,9 @@ def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None
 
 
 def upgrade_refused(old: str, new: str) -> bool:
-    """kubeadm's version skew policy: one minor at a time, never back (the rule the program
-    itself refuses by, components/planning/refusals.py)."""
-    from components.planning.refusals import version_skew
-
-    return version_skew(old, new) is not None
+    """kubeadm's version skew policy: one minor at a time, never back."""
+    o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
+    return n < o or n[0] != o[0] or n[1] - o[1] > 1
 
 
 def _other_than_version(change: Change) -> bool:
@@ -683,9 +682,7 @@ def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")
     if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
-        from components.planning.labels import UNTESTED_LABEL
-
         checks.append("the NCCL acceptance gate passed (`pulumi up` fails otherwise; its log "
                       "has `acceptance test: …` and PASS), and `kubectl get nodes -l "
-                      f"{UNTESTED_LABEL}` lists no node")
+                      f"{UNTESTED}` lists no node")
     return checks
