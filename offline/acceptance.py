@@ -15,7 +15,9 @@ from .diff import Change
 GATE = "-acceptance"  # the gate command: <test>-acceptance, in the workloads layer
 # The gate's own words for how long it waits for its run's GPUs (scripts/acceptance/gate.sh).
 WAIT = re.compile(r"were not free within (\d+) minutes")
-UNTESTED = "gpucluster.io/untested"  # components/planning/labels.py UNTESTED_LABEL
+# components/planning/labels.py UNTESTED_LABEL; a copy, since the preview runs without the
+# stack's modules (tests/test_acceptance_gate.py holds them equal).
+UNTESTED = "gpucluster.io/untested"
 
 
 def gate_change(changes: Iterable[Change]) -> Change | None:
@@ -35,40 +37,86 @@ def gpu_nodes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
     return {pair.split("=")[0] for pair in m.group(1).split(",")} if m else set()
 
 
-def _wait(gate: Change, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    m = WAIT.search(str((new_inputs or {}).get(gate.urn, {}).get("stdin", "")))
+def _wait(urn: str | None, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    m = WAIT.search(str((new_inputs or {}).get(urn or "", {}).get("stdin", "")))
     return f"{m.group(1)} min" if m else "the test's timeout"
 
 
+def _them(hosts: Sequence[str]) -> tuple[str, str]:
+    return ("it", "it stays") if len(hosts) == 1 else ("them", "they stay")
+
+
 def acceptance_line(changes: Sequence[Change], new_inputs: Mapping[str, Mapping[str, Any]] | None,
-                    untested: Sequence[str]) -> str | None:
+                    untested: Sequence[str], recabled: Sequence[str] = ()) -> str | None:
     """The impact's line for the gate's run, if the change runs the gate. `untested`: the GPU
-    nodes that join (or re-join on a new board) carrying the untested label."""
+    nodes that join (or re-join on a new board) carrying the untested label; `recabled`: those
+    marked untested while cordoned, whose run comes after their uncordon (recabled_line)."""
     gate = gate_change(changes)
     if gate is None or gate.action == "delete":
         return None
     if gate.action == "create":
         return ("  acceptance test: a first run, on every GPU node: all their GPUs; work lands "
                 "on a node only once it passed")
-    wait = _wait(gate, new_inputs)
+    wait = _wait(gate.urn, new_inputs)
     if untested:
-        them, they = ("it", "it stays") if len(untested) == 1 else ("them", "they stay")
+        them, they = _them(untested)
+        peers = ("together (no node that passed before is in service)"
+                 if gpu_nodes(new_inputs) <= {*untested, *recabled}
+                 else "with one GPU node of each SU that passed before (a free one if any)")
         return (f"  acceptance test: {span(untested, 3)} untested (no training or serving lands "
-                f"there) until a run passes on {them} with one GPU node of each SU that passed "
-                f"before (a free one if any): up to {wait} for its GPUs, else `pulumi up` fails "
-                f"and {they} closed to work")
+                f"there) until a run passes on {them} {peers}: up to {wait} for its GPUs, else "
+                f"`pulumi up` fails and {they} closed to work")
     if any("--definition " in line for line in gate.text_diffs.get("stdin", [])):
         return ("  acceptance test: the test changed: a run on two GPU nodes of one SU that "
                 f"passed before (free ones if any), up to {wait} for their GPUs; every node "
                 "again is a maintenance window (docs/acceptance.md)")
+    if recabled:
+        return None
     return "  acceptance test: re-checked, nothing to run (every GPU node has passed this test)"
+
+
+def _rerun(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    urn = gate_urn(new_inputs)
+    return f"pulumi up --replace '{urn}'" if urn else "re-run the acceptance gate"
+
+
+def mark_untested(hosts: Sequence[str]) -> str:
+    return f"kubectl label node {' '.join(hosts)} {UNTESTED}=true"
 
 
 def retest_step(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
     """How to put a drained node back through the gate (a re-seated HCA): marked untested
     before it is uncordoned, so no new work lands there until a run passed on it."""
-    urn = gate_urn(new_inputs)
-    rerun = f"pulumi up --replace '{urn}'" if urn else "re-run the acceptance gate"
-    return (f"kubectl label node {host} {UNTESTED}=true, then kubectl uncordon {host} and "
-            f"`{rerun}`: the gate tests {host} with a node that passed before and opens it to "
-            "work")
+    return (f"{mark_untested([host])}, then kubectl uncordon {host} and "
+            f"`{_rerun(new_inputs)}`: the gate tests {host} with a node that passed before and "
+            "opens it to work")
+
+
+def _peers(hosts: Sequence[str], new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """Whom a re-run tests them with: a passed node of each SU, or each other when none passed
+    remains (every GPU node re-cabled: all their GPUs at once)."""
+    if gpu_nodes(new_inputs) <= set(hosts):
+        return "together (every GPU node: all their GPUs, a maintenance window)"
+    return "with one GPU node of each SU that passed before (a free one if any)"
+
+
+def recabled_line(hosts: Sequence[str], new_inputs: Mapping[str, Mapping[str, Any]] | None
+                  ) -> str:
+    """The impact's line for GPU nodes whose links are re-made in place (cables moved, a new
+    switch): the runbook marks them untested at their drain and re-runs the gate after their
+    uncordon, so their new links are tested before work lands there again."""
+    _, they = _them(hosts)
+    return (f"  acceptance test: {span(hosts, 3)} re-cabled: marked untested at the drain (no "
+            f"training or serving lands there), tested after the uncordon by a re-run of the "
+            f"gate {_peers(hosts, new_inputs)}: up to "
+            f"{_wait(gate_urn(new_inputs), new_inputs)} for "
+            f"{'its' if len(hosts) == 1 else 'their'} GPUs, else {they} closed to work")
+
+
+def recabled_check(hosts: Sequence[str], new_inputs: Mapping[str, Mapping[str, Any]] | None
+                   ) -> str:
+    """The runbook's step that tests re-cabled nodes once they are uncordoned."""
+    them, _ = _them(hosts)
+    return (f"test the re-cabled {span(hosts, 3)}, uncordoned but untested: `{_rerun(new_inputs)}`"
+            f" runs the acceptance gate on {them} {_peers(hosts, new_inputs)} and opens {them} "
+            "to work")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .acceptance import acceptance_line, gpu_nodes
+from .acceptance import acceptance_line, gpu_nodes, recabled_line
 from .addresses import address_lines
 from .conventions import span
 from .diff import Diff
@@ -40,6 +40,7 @@ from .runbook import (
     joined_hosts,
     kubernetes_upgrade,
     rebooted_hosts,
+    retested_hosts,
     switch_changes,
     upgrade_lanes,
     upgrade_refused,
@@ -111,7 +112,7 @@ class _Effects:
     rotations: list[Rotation]
     joining: list[str]
     resubmitted: list[str]
-    acceptance: str | None  # the gate's run, if the change runs it
+    acceptance: list[str]  # the gate's runs: in this `pulumi up`, after re-cabled uncordons
     stopped: list[str]
 
     @property
@@ -137,6 +138,8 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
     joining = joined_hosts(changes)
     untested = sorted((set(joining) | {h for h, role in boards.items() if role == "gpu-node"})
                       & gpu_nodes(new_inputs))
+    retested = retested_hosts(changes, new_inputs)
+    run = acceptance_line(changes, new_inputs, untested, retested)
     return _Effects(
         work=cabling(cable_moves(changes, new_inputs)),
         racked=sorted(sw for sw, a in switches.items() if a == "create"),
@@ -150,7 +153,8 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         control_planes=upgraded_control_planes(changes) if upgrading else [],
         rotations=secret_rotations(changes, new_inputs), joining=joining,
         resubmitted=sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests),
-        acceptance=acceptance_line(changes, new_inputs, untested),
+        acceptance=[*([run] if run else []),
+                    *([recabled_line(retested, new_inputs)] if retested else [])],
         stopped=sorted(c.name for c in jobs if c.action == "delete"))
 
 
@@ -184,8 +188,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if e.resubmitted:
         lines.append(f"  jobs resubmitted: {len(e.resubmitted)} ({_span(e.resubmitted)}): "
                      "their pods restart; training resumes from its last checkpoint")
-    if e.acceptance:
-        lines.append(e.acceptance)
+    lines += e.acceptance
     if e.stopped:
         lines.append(f"  jobs stopped: {len(e.stopped)} ({_span(e.stopped)})")
     if e.rebooted:

@@ -10,11 +10,11 @@ swap takes: a drain, a hand-over of the master subnet manager, or the API with i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .acceptance import retest_step
+from .acceptance import mark_untested, retest_step
 from .conventions import ports as _ports
 from .conventions import span as _span
 from .conventions import suffix as _suffix
@@ -169,25 +169,30 @@ def replaced_switches(changes: Iterable[Change],
     return out
 
 
-def switch_swap_steps(swaps: list[SwitchSwap], stack: str) -> list[str]:
+def switch_swap_steps(swaps: list[SwitchSwap], stack: str, untested: Sequence[str] = ()
+                      ) -> list[str]:
     """Before `pulumi up`: the new switch reachable with the stack's password, the nodes on it
-    drained, every cable moved to the same port of the new chassis."""
+    drained (and marked untested where the gate tests them again), every cable moved to the
+    same port of the new chassis."""
     steps = []
     for s in swaps:
         nodes = _span(s.nodes, whole_up_to=6)
+        marked = [h for h in s.nodes if h in untested]
         steps.append(
             f"switch replacement of {s.switch} (GUID {s.old} -> {s.new}): every link on it goes "
             f"down while it is swapped. First, from the new switch's console, give it its "
             f"management address (fabric.switchManagementIps) and the admin password (the "
             f"switchPassword secret), so `pulumi up` can log in; kubectl drain the "
             f"{len(s.nodes)} nodes with a rail on it ({nodes})"
+            + (f" and mark them untested ({mark_untested(marked)})" if marked else "")
             + (f"; {', '.join(s.others)} lose{'s' * (len(s.others) == 1)} "
                f"{'its' if len(s.others) == 1 else 'their'} subnet-manager link (the other "
                "subnet manager is, or takes over as, master)" if s.others else "")
             + f". Label each cable by port, swap the chassis, and plug every cable into the "
             f"same port of the new one ({len(s.ports)} ports: {'; '.join(s.ports)}). `pulumi "
             "up` then sends the switch its configuration and the subnet managers its new GUID; "
-            f"check `make verify-fabric STACK={stack}`, then uncordon the nodes")
+            f"check `make verify-fabric STACK={stack}`, then uncordon the nodes"
+            + (" (they stay untested until the gate's re-run below)" if marked else ""))
     return steps
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .acceptance import UNTESTED
+from .acceptance import UNTESTED, gate_urn, gpu_nodes, mark_untested, recabled_check
 from .addresses import address_steps
 from .conventions import ports as _ports
 from .conventions import span as _span
@@ -191,7 +191,8 @@ def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None
 
 
 def upgrade_refused(old: str, new: str) -> bool:
-    """kubeadm's version skew policy: one minor at a time, never back."""
+    """kubeadm's version skew policy: one minor at a time, never back (the program refuses the
+    same in components/planning/refusals.py; tests/test_refusals.py holds them equal)."""
     o, n = [int(x) for x in old.split(".")], [int(x) for x in new.split(".")]
     return n < o or n[0] != o[0] or n[1] - o[1] > 1
 
@@ -440,6 +441,29 @@ def drained_hosts(changes: Iterable[Change],
     return sorted(set(leaving) | decommissioning | (moved - set(joining)))
 
 
+def recabled_hosts(changes: Iterable[Change],
+                   new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Members drained because their cables move, that stay in the cluster on the same
+    board."""
+    changes = list(changes)
+    out = set(_hosts(changes, "-member", "delete")) | set(replaced_boards(changes))
+    out |= set(_hosts(changes, "-decommission", "create"))
+    return [h for h in drained_hosts(changes, new_inputs) if h not in out]
+
+
+def retested_hosts(changes: Iterable[Change],
+                   new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """GPU nodes whose links are re-made in place (cables moved, a new switch's ports): when
+    the stack gates on the acceptance test, they are marked untested at their drain and tested
+    again after their uncordon."""
+    if gate_urn(new_inputs) is None:
+        return []
+    changes = list(changes)
+    on_new_switch = {h for s in replaced_switches(changes, new_inputs) for h in s.nodes}
+    return sorted((set(recabled_hosts(changes, new_inputs)) | on_new_switch)
+                  & gpu_nodes(new_inputs))
+
+
 def joined_hosts(changes: Iterable[Change]) -> list[str]:
     """Hosts that join the cluster in this change (a kubeadm join of their own is created)."""
     return _hosts(changes, "-kubeadm-join", "create")
@@ -552,14 +576,14 @@ def runbook(diff: Diff, stack: str = "prod",
     # Nodes whose cables move but who stay in the cluster are drained by hand first; a new
     # board's host gets its own step.
     boards = replaced_boards(w.changes)
-    recabled = [h for h in drained_hosts(w.changes, new_inputs)
-                if h not in w.leaving and h not in boards and h not in w.decommissioning]
+    recabled = recabled_hosts(w.changes, new_inputs)
+    retested = retested_hosts(w.changes, new_inputs)
     steps: list[str] = rotation_steps(w.rotations)
-    steps += _membership_steps(w, recabled)
+    steps += _membership_steps(w, recabled, retested)
     steps += board_steps(boards, new_inputs, stack)
     hca_before, hca_after = hca_steps(replaced_hcas(w.changes), new_inputs)
     steps += hca_before
-    steps += switch_swap_steps(replaced_switches(w.changes, new_inputs), stack)
+    steps += switch_swap_steps(replaced_switches(w.changes, new_inputs), stack, retested)
     steps += _host_steps(w, boards)
     steps += _fabric_steps(w, new_inputs)
     steps += hca_after
@@ -571,12 +595,13 @@ def runbook(diff: Diff, stack: str = "prod",
         for host in w.joining]
     steps += _software_steps(w, new_inputs)
     numbered = [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
-    checks = _checks(w, recabled, stack)
+    checks = _checks(w, recabled, stack,
+                     recabled_check(retested, new_inputs) if retested else None)
     return (["Hardware-change runbook (in this order):"] + numbered
             + (["  afterwards:"] + [f"    - {c}" for c in checks] if checks else []))
 
 
-def _membership_steps(w: _Work, recabled: list[str]) -> list[str]:
+def _membership_steps(w: _Work, recabled: list[str], retested: list[str]) -> list[str]:
     """Nodes decommissioned, leaving, or drained before their cables move."""
     steps = []
     decommissioned = set(_hosts(w.changes, "-decommission", "delete"))
@@ -600,7 +625,9 @@ def _membership_steps(w: _Work, recabled: list[str]) -> list[str]:
                 "apply, then remove it")
     for host in recabled:
         steps.append(f"cordon and drain {host} before touching its cables: "
-                     f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data")
+                     f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data"
+                     + (f"; mark it untested ({mark_untested([host])}): its links are tested "
+                        "again before work lands there" if host in retested else ""))
     return steps
 
 
@@ -671,8 +698,9 @@ def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None
     return steps
 
 
-def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
-    """What to check once `pulumi up` is done."""
+def _checks(w: _Work, recabled: list[str], stack: str, retest: str | None) -> list[str]:
+    """What to check once `pulumi up` is done; `retest`: the gate's re-run for the re-cabled
+    nodes, once they are uncordoned."""
     checks = []
     if w.joining or w.leaving or w.fabric_touched:
         checks.append(f"ibnetdiscover > fabric.dump && make verify-fabric STACK={stack} "
@@ -681,6 +709,8 @@ def _checks(w: _Work, recabled: list[str], stack: str) -> list[str]:
     if recabled or w.leaving:
         checks.append("uncordon the drained nodes: " + ", ".join(recabled) if recabled
                       else "confirm the removed nodes are gone: kubectl get nodes")
+    if retest:
+        checks.append(retest)
     if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
         checks.append("the NCCL acceptance gate passed (`pulumi up` fails otherwise; its log "
                       "has `acceptance test: …` and PASS), and `kubectl get nodes -l "

@@ -25,6 +25,7 @@ from support.stack_edits import prod_with_rows
 from components.planning import acceptance, acceptance_run
 from components.planning.labels import UNTESTED_LABEL
 from components.planning.nodes import planned_nodes
+from offline import acceptance as offline_acceptance
 
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
 NS, TEST = "training", "nccl-allreduce"
@@ -75,9 +76,10 @@ else:
 '''
 
 
-def _node(name: str, untested: bool) -> dict[str, Any]:
+def _node(name: str, untested: bool, cordoned: bool = False) -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": name} | ({UNTESTED_LABEL: "true"} if untested else {})
-    return {"metadata": {"name": name, "labels": labels}}
+    return {"metadata": {"name": name, "labels": labels}} | (
+        {"spec": {"unschedulable": True}} if cordoned else {})
 
 
 def _gpu_pod(name: str, node: str) -> dict[str, Any]:
@@ -92,15 +94,17 @@ BUSY = [*(_gpu_pod(f"llama-worker-{i}", f"gpu-node-0{i}") for i in range(4)),
 
 
 def gate(tmp_path: Path, untested: list[str], pods: list[dict[str, Any]], passed: str,
-         log: str | None = None, state: str = "Created Running Succeeded "
+         log: str | None = None, state: str = "Created Running Succeeded ",
+         cordoned: tuple[str, ...] = ()
          ) -> tuple[subprocess.CompletedProcess, list[dict[str, Any]]]:
     c = prod_cluster()
     test = c.workloads.nccl_test
     world = tmp_path / "world"
-    world.mkdir()
+    world.mkdir(parents=True)
     (world / "world.json").write_text(json.dumps({
         "template": acceptance.nccl_test_mpijob(c, test),
-        "nodes": [_node(n.name, n.name in untested) for n in planned_nodes(c)],
+        "nodes": [_node(n.name, n.name in untested, n.name in cordoned)
+                  for n in planned_nodes(c)],
         "pods": pods, "passed": passed, "state": state, "log": log,
         "paths": [str(Path(__file__).parent), str(Path(__file__).parents[1])]}))
     bindir = tmp_path / "bin"
@@ -175,6 +179,36 @@ def test_with_no_free_node_the_run_waits_for_the_first_neighbour(tmp_path):
     assert job is not None and _workers(job) == ["gpu-node-00", "gpu-node-07"]
 
 
+def test_a_cordoned_node_is_never_the_neighbour(tmp_path):
+    """gpu-node-06 is free but cordoned (drained for maintenance): a worker pinned there would
+    never start, so the run takes the first node that passed and can take work."""
+    proc, calls = gate(tmp_path, ["gpu-node-07"], BUSY, passed=_definition(),
+                       cordoned=("gpu-node-06",))
+    job = _created(calls)
+    assert job is not None and _workers(job) == ["gpu-node-00", "gpu-node-07"]
+
+
+def test_a_re_cabled_node_still_cordoned_waits_for_its_uncordon(tmp_path):
+    """gpu-node-03 was drained and marked untested before its cables moved; the gate re-runs in
+    the same `pulumi up` (another node joined) while it is still cordoned. It is left out of
+    the run and stays closed to work; the gate names it and passes for the rest."""
+    proc, calls = gate(tmp_path, ["gpu-node-03", "gpu-node-07"], BUSY, passed=_definition(),
+                       cordoned=("gpu-node-03",))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = _created(calls)
+    assert job is not None and _workers(job) == ["gpu-node-06", "gpu-node-07"]
+    assert "gpu-node-03 untested but cordoned: tested once uncordoned and the gate re-run" \
+        in proc.stdout
+    assert _labelled(calls) == [["gpu-node-07", f"{UNTESTED_LABEL}-"]]
+    # Alone, it is nothing to run yet, and not reported as passed.
+    proc, calls = gate(tmp_path / "alone", ["gpu-node-03"], BUSY, passed=_definition(),
+                       cordoned=("gpu-node-03",))
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to run now; gpu-node-03 untested but cordoned" in proc.stdout
+    assert "every GPU node has passed" not in proc.stdout
+    assert _created(calls) is None and _labelled(calls) == []
+
+
 def test_a_failed_run_leaves_the_node_closed_to_work_and_fails_the_up(tmp_path):
     slow = (DATA / "rails-slow-rail.log").read_text() + (DATA / "good-8node.log").read_text()
     proc, calls = gate(tmp_path, ["gpu-node-07"], BUSY, passed=_definition(), log=slow)
@@ -223,6 +257,8 @@ def test_the_chooser_is_shipped_without_the_project():
     src = Path(acceptance_run.__file__).read_text()
     assert "import components" not in src and "from components" not in src
     assert acceptance_run.UNTESTED == UNTESTED_LABEL
+    # So does the offline preview's runbook, which tells people to set it.
+    assert offline_acceptance.UNTESTED == UNTESTED_LABEL
 
 
 @pytest.mark.parametrize("kind", ["training", "inference"])

@@ -35,8 +35,11 @@ GPU_OPERATOR_26_7_0 = (33, 36)
 # (https://docs.nvidia.com/networking/display/kubernetes2640/platform-support.html).
 NETWORK_OPERATOR_26_4 = (31, 35)
 # Network Operator 26.7.0: Kubernetes ">=1.32 and <=1.36"
-# (https://docs.nvidia.com/networking/display/kubernetes2670/platform-support.html).
+# (https://docs.nvidia.com/networking/display/kubernetes2670/platform-support.html); its
+# DOCA-OFED driver container (.../kubernetes2670/advanced/images-sha256.html, "DOCA-OFED Driver
+# Container Images").
 NETWORK_OPERATOR_26_7_0 = (32, 36)
+NETWORK_OPERATOR_26_7_0_DOCA = "doca3.5.0-26.07-0.7.7.0-0"
 # Calico "Supported versions" (https://docs.tigera.io/calico/<series>/getting-started/
 # kubernetes/requirements): v3.31 is tested with 1.32, 1.33, 1.34, 1.35; v3.32 with 1.34,
 # 1.35, 1.36. v3.32.1 is a v3.32 release (Calico 3.32 docs, component versions).
@@ -89,8 +92,9 @@ def test_the_table_says_what_the_vendors_say() -> None:
     assert compat.NETWORK_OPERATOR_K8S["26.4.1"] == NETWORK_OPERATOR_26_4
     assert compat.CALICO_K8S["v3.31"] == CALICO_V3_31
     assert compat.CALICO_K8S["v3.32"] == CALICO_V3_32
-    if "26.7.0" in compat.NETWORK_OPERATOR_K8S:
-        assert compat.NETWORK_OPERATOR_K8S["26.7.0"] == NETWORK_OPERATOR_26_7_0
+    assert compat.NETWORK_OPERATOR_K8S["26.7.0"] == NETWORK_OPERATOR_26_7_0
+    assert compat.NETWORK_OPERATOR_RELEASES["26.7.0"]["docaDriver"] == \
+        NETWORK_OPERATOR_26_7_0_DOCA
 
 
 @pytest.mark.parametrize("k8s", K8S_1_36)
@@ -122,11 +126,7 @@ def test_with_calico_moved_the_network_operator_alone_blocks_1_36(k8s: str) -> N
 @pytest.mark.parametrize("k8s", K8S_1_36)
 def test_prod_on_releases_that_support_1_36_validates(k8s: str) -> None:
     """The whole path: GPU Operator 26.3.2 (as is), Calico v3.32, Network Operator 26.7.0, then
-    Kubernetes 1.36. Runs once the table has 26.7.0 (its entry needs the GA DOCA-OFED driver
-    tag from NVIDIA's 26.7.0 component list)."""
-    if "26.7.0" not in compat.NETWORK_OPERATOR_K8S:
-        pytest.skip("Network Operator 26.7.0 is not in compat_data.py yet: no release in the "
-                    "table supports Kubernetes 1.36 (docs/day2.md, 'Upgrade Kubernetes')")
+    Kubernetes 1.36."""
     raw = _prod(calico=CALICO_ON_1_36, network_operator="26.7.0")
     assert _problems(raw) == []  # the Network Operator step, on 1.35
     raw["kubernetes"]["version"] = k8s

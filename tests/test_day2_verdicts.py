@@ -240,11 +240,22 @@ SCENARIOS: dict[str, Scenario] = {
         impact=("  switch replaced: leaf-su1-r2-3 (GUID 0xfc6a1c0300a20002 -> "
                 "0xfc6a1c0300b29999): its 49 links are down while it is swapped: rails 2, 3 of "
                 f"8 GPU nodes ({SPAN}), the subnet-manager link of sm-02, 32 uplinks; its nodes "
-                "are drained first", f"  nodes drained: 8 ({SPAN}), for the switch swap"),
+                "are drained first", f"  nodes drained: 8 ({SPAN}), for the switch swap",
+                # Every link of theirs is re-made on a new chassis: tested before work returns,
+                # all of them together (no node that passed is left to pair them with).
+                f"  acceptance test: {SPAN} re-cabled: marked untested at the drain (no "
+                "training or serving lands there), tested after the uncordon by a re-run of "
+                "the gate together (every GPU node: all their GPUs, a maintenance window): "
+                f"{WAIT} for their GPUs, else they stay closed to work"),
         not_in_impact=("no cable, switch or node is touched", "outage: none expected"),
         runbook=("switch replacement of leaf-su1-r2-3", "the admin password (the "
-                 "switchPassword secret)", "kubectl drain the 8 nodes", "port 1: gpu-node-00 "
-                 "rail 2 (mlx5_4)", "port 16: sm-02 mlx5_0", "subnet-manager files change")),
+                 "switchPassword secret)", "kubectl drain the 8 nodes",
+                 "mark them untested (kubectl label node gpu-node-00 gpu-node-01",
+                 "gpucluster.io/untested=true)", "port 1: gpu-node-00 "
+                 "rail 2 (mlx5_4)", "port 16: sm-02 mlx5_0", "then uncordon the nodes",
+                 "subnet-manager files change", f"test the re-cabled {SPAN}",
+                 "pulumi up --replace '", "nccl-allreduce-acceptance'",
+                 "the NCCL acceptance gate passed")),
     "switch-password": Scenario(
         _set("credentials.switchPasswordVersion", 2), 0,
         impact=("  nodes drained: 0", "  outage: none expected"),
@@ -303,10 +314,20 @@ SCENARIOS: dict[str, Scenario] = {
                 "drained)", "  nodes drained: 1 (gpu-node-03)",
                 "  addresses change: gpu-node-03's IPoIB addresses 172.20.128.4 -> "
                 "172.20.128.10 and 7 more rails: its Lustre NIDs change with them (the servers "
-                "see a new client; the old NIDs' exports expire)"),
-        runbook=("kubectl drain gpu-node-03", "`mount -t lustre` on gpu-node-03 must list "
+                "see a new client; the old NIDs' exports expire)",
+                # Its links are new: tested with a node that passed before work lands there.
+                "  acceptance test: gpu-node-03 re-cabled: marked untested at the drain (no "
+                "training or serving lands there), tested after the uncordon by a re-run of "
+                "the gate with one GPU node of each SU that passed before (a free one if any): "
+                f"{WAIT} for its GPUs, else it stays closed to work"),
+        not_in_impact=("re-checked, nothing to run",),
+        runbook=("kubectl drain gpu-node-03",
+                 "kubectl label node gpu-node-03 gpucluster.io/untested=true",
+                 "`mount -t lustre` on gpu-node-03 must list "
                  "nothing", "move   gpu-node-03 rail 0 (mlx5_0): leaf-su1-r0-1 port 4 -> "
-                 "leaf-su1-r0-1 port 10  [optical in-rack]", "uncordon the drained nodes"),
+                 "leaf-su1-r0-1 port 10  [optical in-rack]", "uncordon the drained nodes",
+                 "test the re-cabled gpu-node-03", "pulumi up --replace '",
+                 "nccl-allreduce-acceptance'", "the NCCL acceptance gate passed"),
         not_in_runbook=("a new cable",)),
     # Another rack, away from the switches' (fabric.switchRack r01): its in-rack cables no
     # longer reach; each moved link needs a cross-rack one.

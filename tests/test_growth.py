@@ -125,8 +125,15 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
                              "(leaf-su1-r0-1, leaf-su1-r2-3, leaf-su1-r4-5, leaf-su1-r6-7)")
     assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"
     assert out[5] == "  nodes added: 8 (gpu-node-08 … gpu-node-15)"
-    assert out[6].startswith("  acceptance test: gpu-node-08 … gpu-node-15 untested")
-    assert "maintenance window for the re-cabling" in out[7]
+    # The new nodes are tested in this `pulumi up`, among themselves: every node that passed
+    # before is drained and marked untested, its links all moved. Those are tested after their
+    # uncordon, with a node of the SU that passed by then.
+    assert out[6].startswith("  acceptance test: gpu-node-08 … gpu-node-15 untested (no "
+                             "training or serving lands there) until a run passes on them "
+                             "together (no node that passed before is in service)")
+    assert out[7].startswith("  acceptance test: gpu-node-00 … gpu-node-07 re-cabled: marked "
+                             "untested at the drain")
+    assert "maintenance window for the re-cabling" in out[8]
 
     def at(*prefixes: str) -> list[int]:
         return [i for i, s in enumerate(steps) if s.startswith(prefixes)]
@@ -140,6 +147,8 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
     assert at("move   sm-02") == [min(at("move"))]
     assert at("move   sm-01") == [max(at("move"))]
     assert max(at("cordon and drain")) < min(at("rack and power new switch"))
+    assert all(f"kubectl label node {s.split()[3]} gpucluster.io/untested=true" in s
+               for s in steps if s.startswith("cordon and drain gpu-node-"))
     assert max(at("rack and power new switch")) < min(cable_work)
     assert min(at("retire switch")) > max(cable_work)
     assert not [s for s in steps if s.startswith("cordon and drain sm-")]

@@ -542,14 +542,15 @@ def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> Non
     assert run_offline(project, "preview", "--render").returncode == 0  # the baseline
     data = project / "policies/gpu_guardrails/compat_data.py"
     text = data.read_text()
-    entry = ('    "26.7.0": {"kubernetes": (32, 35), "repository": "nvcr.io/nvidia/mellanox",\n'
-             '               "docaDriver": "doca3.7.0-26.07-0.5.1.0-0"},\n')
+    # A release the table does not have: the entry's values are this test's, not NVIDIA's.
+    entry = ('    "26.10.0": {"kubernetes": (32, 36), "repository": "nvcr.io/nvidia/mellanox",\n'
+             '                "docaDriver": "doca3.6.0-26.10-0.1.0.0-0"},\n')
     data.write_text(text.replace('NETWORK_OPERATOR_RELEASES: dict[str, dict] = {\n',
                                  'NETWORK_OPERATOR_RELEASES: dict[str, dict] = {\n' + entry))
     stack = project / "Pulumi.prod.yaml"
     doc = yaml.safe_load(stack.read_text())
     operator = doc["config"]["gpu-cluster:cluster"]["platform"]["networkOperator"]
-    operator["version"] = "26.7.0"
+    operator["version"] = "26.10.0"
     stack.write_text(yaml.safe_dump(doc, sort_keys=False))
     proc = run_offline(project, "preview")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -558,11 +559,11 @@ def test_a_new_network_operator_release_is_one_table_entry(project: Path) -> Non
     for component in (policy["spec"]["nvIpam"], policy["spec"]["rdmaSharedDevicePlugin"],
                       policy["spec"]["secondaryNetwork"]["multus"]):
         assert (component["repository"], component["version"]) == (
-            "nvcr.io/nvidia/mellanox", "network-operator-v26.7.0")
+            "nvcr.io/nvidia/mellanox", "network-operator-v26.10.0")
     runbook = (project / "build/prod/runbook.txt").read_text()
     # DOCA-OFED is the hosts' (ofed: host): the operator's node agents roll, nothing drains.
     assert "upgrade network-operator: the chart's pre-upgrade hook applies its new CRDs; " \
-        "network-operator 26.4.1 -> 26.7.0: its node agents" in runbook
+        "network-operator 26.4.1 -> 26.10.0: its node agents" in runbook
     assert "so no node is drained" in runbook
     assert "nodes drained: 0" in (project / "build/prod/impact.txt").read_text()
 

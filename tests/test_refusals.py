@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support.sandbox import prod_cluster
 
 from components.planning import refusals
+from offline.runbook import upgrade_refused
 
 
 @pytest.mark.parametrize(("new", "refused"), [
@@ -23,6 +24,8 @@ def test_kubeadm_upgrades_one_minor_at_a_time_and_never_back(new: str, refused: 
     if verdict:
         assert verdict.startswith(f"kubernetes.version 1.35.2 -> {new}: ")
         assert "set it to 1.36.x at most, or back to 1.35.2" in verdict
+    # The offline preview keeps its own copy of the rule (it runs without the stack's modules).
+    assert upgrade_refused("1.35.2", new) is refused
 
 
 def _key() -> str:

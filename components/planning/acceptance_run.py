@@ -16,6 +16,10 @@ never land on such a node, and the gate removes the label once the node passed. 
   and re-run the gate (docs/acceptance.md);
 - nothing when every node has passed this test (a node removed, say).
 
+A cordoned node is never in a run: its worker could not be scheduled there. An untested one
+stays untested (closed to training and serving) until it is uncordoned and the gate re-runs;
+the gate names it.
+
 A run that passes clears its nodes' UNTESTED and records the test's definition.
 """
 
@@ -43,6 +47,7 @@ class Selection:
     untested: tuple[str, ...]  # marked tested when the run passes
     why: str
     missing: tuple[str, ...] = ()  # planned GPU nodes the API server has no Node for
+    cordoned: tuple[str, ...] = ()  # untested nodes left for a run after their uncordon
 
 
 def _labels(node: Mapping) -> Mapping[str, str]:
@@ -63,6 +68,10 @@ def gpu_holders(pods: Sequence[Mapping]) -> set[str]:
     return out
 
 
+def _cordoned(node: Mapping) -> bool:
+    return bool(node.get("spec", {}).get("unschedulable"))
+
+
 def _best(hosts: Sequence[str], busy: set[str]) -> list[str]:
     """Free nodes first, then by name."""
     return sorted(hosts, key=lambda h: (h in busy, h))
@@ -77,8 +86,12 @@ def select(sus: Mapping[str, str], nodes: Sequence[Mapping], pods: Sequence[Mapp
     if missing:  # the gate runs after every join: a node gone is no node to vouch for
         return Selection((), (), f"no Node for {' '.join(missing)}: it cannot be tested",
                          missing)
-    present = sorted(sus)
+    cordoned = tuple(h for h in sorted(sus) if _cordoned(registered[h]))
+    present = [h for h in sorted(sus) if h not in cordoned]
     untested = tuple(h for h in present if UNTESTED in _labels(registered[h]))
+    waiting = tuple(h for h in cordoned if UNTESTED in _labels(registered[h]))
+    later = (f"; {' '.join(waiting)} untested but cordoned: tested once uncordoned and the "
+             "gate re-run" if waiting else "")
     tested = [h for h in present if h not in untested]
     busy = gpu_holders(pods)
     if untested:
@@ -90,15 +103,19 @@ def select(sus: Mapping[str, str], nodes: Sequence[Mapping], pods: Sequence[Mapp
         peers = sorted(chosen - set(untested))
         return Selection(tuple(sorted(chosen)), untested, f"the untested node(s) "
                          f"{' '.join(untested)}" + (f" with {' '.join(peers)}, which passed "
-                                                    "before" if peers else ""))
+                                                    "before" if peers else "") + later,
+                         cordoned=waiting)
     if not changed:
-        return Selection((), (), "every GPU node has passed this test: nothing to run")
+        return Selection((), (), ("nothing to run now" + later) if waiting
+                         else "every GPU node has passed this test: nothing to run",
+                         cordoned=waiting)
     pairs = [_best([h for h in tested if sus[h] == su], busy)[:2]
              for su in sorted({sus[h] for h in tested})]
     pair = min((p for p in pairs if len(p) == 2), default=_best(tested, busy)[:2],
                key=lambda p: sum(h in busy for h in p))
     return Selection(tuple(sorted(pair)), (), f"the test changed: {' and '.join(sorted(pair))}"
-                     ", which passed before (every node again is a maintenance window)")
+                     ", which passed before (every node again is a maintenance window)" + later,
+                     cordoned=waiting)
 
 
 def instance(template: Mapping, hosts: Sequence[str]) -> dict:

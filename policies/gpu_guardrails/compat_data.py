@@ -20,12 +20,16 @@ NETWORK_OPERATOR_RELEASES: dict[str, dict] = {
                "docaDriver": "doca3.4.0-26.04-0.8.6.0-0"},
     "26.4.1": {"kubernetes": (31, 35), "repository": "nvcr.io/nvidia/mellanox",
                "docaDriver": "doca3.4.1-26.04-1.1.0.0-1"},
-    # Not here yet: 26.7.0, the first release whose platform support reaches Kubernetes 1.36
-    # (">=1.32 and <=1.36",
-    # https://docs.nvidia.com/networking/display/kubernetes2670/platform-support.html). Its
-    # entry waits for the GA DOCA-OFED driver tag from that page's component list (the
-    # release candidates carried doca3.5.0-26.07-0.7.x staging builds): until then no Network
-    # Operator release here supports Kubernetes 1.36, and the config refuses 1.36.
+    # 26.7.0: Kubernetes ">=1.32 and <=1.36", the first release to reach 1.36
+    # (https://docs.nvidia.com/networking/display/kubernetes2670/platform-support.html,
+    # "Prerequisites"). docaDriver: its container image list, "DOCA-OFED Driver Container
+    # Images" (https://docs.nvidia.com/networking/display/kubernetes2670/advanced/
+    # images-sha256.html, from network-operator-docs docs/advanced/images-sha256.rst, whose
+    # network-operator v26.7.0 digest sha256:7647afe6... is the page's). Not read at the tag
+    # itself: the stored network-operator history ends at v26.7.0-rc.2 (0.7.1.0-0, staging)
+    # and its branch at 0.7.6.0-0.
+    "26.7.0": {"kubernetes": (32, 36), "repository": "nvcr.io/nvidia/mellanox",
+               "docaDriver": "doca3.5.0-26.07-0.7.7.0-0"},
 }
 
 # GPU Operator release -> the Kubernetes minors it supports (GPU Operator platform support
