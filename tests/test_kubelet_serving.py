@@ -1,7 +1,9 @@
 """Kubelet serving certificates, against a real control plane (the twin's kube-apiserver and
 kube-controller-manager, built from their Go modules): the approver the control planes run
-(components/planning/scripts/approve-kubelet-serving.sh) with its own RBAC and the prod
-inventory's kubelets.
+(components/planning/kubelet_serving_approver.py) with its own RBAC and the prod inventory's
+kubelets, on requests made by openssl as a kubelet makes them and on crafted ones (a control
+character that once hid another node's address from a text reader, wildcards, duplicates,
+other name types).
 
 What the expected verdicts rest on: the kubernetes.io/kubelet-serving signer's rules
 (kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/
@@ -12,14 +14,20 @@ certificate may name only its own management address)."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from support.sandbox import prod_cluster
 from support.twin import BINS
 
@@ -45,6 +53,21 @@ def request(tmp: Path, name: str, subject: str, sans: str) -> str:
     return (tmp / f"{name}.csr").read_text()
 
 
+def crafted(node: str, names: list[x509.GeneralName]) -> str:
+    """A node's CSR with exactly these subjectAltNames, built field by field (openssl's config
+    syntax cannot carry some of them)."""
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])
+    csr = (x509.CertificateSigningRequestBuilder().subject_name(subject)
+           .add_extension(x509.SubjectAlternativeName(names), critical=False)
+           .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256()))
+    return csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def ip(node: str) -> x509.IPAddress:
+    return x509.IPAddress(ipaddress.ip_address(NODES[node]))
+
+
 def node_request(tmp: Path, node: str, sans: str | None = None) -> str:
     return request(tmp, node, f"/O=system:nodes/CN=system:node:{node}",
                    sans or f"DNS:{node},IP:{NODES[node]}")
@@ -62,7 +85,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         approver.write_text(json.dumps(config))
         kubelets = work / "kubelets"
         kubelets.write_text(kubelet_serving.kubelets(CLUSTER))
-        script = work / "approve.sh"
+        script = work / "approve"
         script.write_text(kubelet_serving.SCRIPT)
 
         def create(name: str, pem: str, as_user: str | None = None,
@@ -78,7 +101,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
         def approve() -> subprocess.CompletedProcess[str]:
             env = {**os.environ, "PATH": f"{BINS[-1]}:{os.environ['PATH']}"}
-            return subprocess.run(["bash", str(script), str(approver), str(kubelets)], env=env,
+            return subprocess.run([sys.executable, str(script), str(approver), str(kubelets)],
+                                  env=env,
                                   capture_output=True, text=True, timeout=120)
 
         def state() -> dict[str, str]:
@@ -96,6 +120,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         # A node's credentials asking for another node's address, or another node's name.
         create("other-address", node_request(tmp, D, f"DNS:{D},IP:{NODES[A]}"), node(D))
         create("other-name", node_request(tmp, E, f"DNS:{E},DNS:{A}"), node(E))
+        # Crafted: the API server accepts each (Go's parser takes IA5 control characters).
+        # A newline ended the SAN line a text reader checked, hiding A's address after it.
+        create("control-character", crafted(D, [x509.DNSName(f"{D}\n"), ip(A)]), node(D))
+        create("wildcard", crafted(D, [x509.DNSName(f"*.{D}"), ip(D)]), node(D))
+        create("duplicate", crafted(B, [x509.DNSName(B), x509.DNSName(B), ip(B)]), node(B))
+        create("email", crafted(C, [x509.DNSName(C), x509.RFC822Name(f"root@{C}")]), node(C))
+        create("uri", crafted(C, [x509.DNSName(C), x509.UniformResourceIdentifier(
+            f"https://{A}")]), node(C))
         # The API server itself (NodeRestriction) refuses a node's CSR for another CN.
         refused = create("other-subject", request(
             tmp, "subject", f"/O=system:nodes/CN=system:node:{A}", f"DNS:{A},IP:{NODES[A]}"),
@@ -130,6 +162,8 @@ def test_only_what_the_inventory_vouches_for_is_approved(cluster: dict) -> None:
     assert cluster["after"] == {
         "own": "Approved", "own-no-encipherment": "Approved", "dns-only": "Approved",
         "other-address": "Denied", "other-name": "Denied",
+        "control-character": "Denied", "wildcard": "Denied", "duplicate": "Denied",
+        "email": "Denied", "uri": "Denied",
         "client-usage": "Denied", "not-a-node": "Denied",
         "stranger": "Pending",  # not in the inventory yet: an update that adds it lists it
         "api-client": "Pending",  # another signer: never looked at
@@ -137,6 +171,8 @@ def test_only_what_the_inventory_vouches_for_is_approved(cluster: dict) -> None:
     log = cluster["first"].stderr
     assert f"not an address of {D} in the inventory" in log
     assert f"it names DNS:{A}" in log
+    assert f"it names DNS:{D}\\n (only DNS:{D}" in log  # shown escaped, not as a line break
+    assert f"it names DNS:*.{D}" in log and f"it names {B} twice" in log
     assert "stranger is not in" in log
 
 

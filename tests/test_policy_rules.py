@@ -408,3 +408,43 @@ def test_protect_near_miss(prod_plan: list[Res]) -> None:
     plan, res = mutated(prod_plan, DATA_PV, lambda p: p["spec"].update(
         persistentVolumeReclaimPolicy="Delete"))
     assert violations("checkpoint-volume-retained", plan, res) == []
+
+
+def _suppressed(p: dict[str, Any], rules: str) -> None:
+    p["metadata"].setdefault("annotations", {})["gpucluster.io/policy-suppress"] = rules
+
+
+def test_a_security_rule_cannot_be_suppressed_by_the_objects_own_annotation(
+        prod_plan: list[Res]) -> None:
+    """The annotation is written by the stack's code, which the pack's owners do not review:
+    a training job turning hostIPC on and, in the same change, suppressing the finding on
+    itself is still refused."""
+    def change(p: dict[str, Any]) -> None:
+        worker(p)["spec"]["hostIPC"] = True
+        _suppressed(p, "privileged-only-operator-namespaces: needs shared memory")
+    plan, res = mutated(copy.copy(prod_plan), TRAIN, change)
+    assert violations("privileged-only-operator-namespaces", plan, res)
+
+
+def test_a_performance_rule_may_be_suppressed_by_annotation(prod_plan: list[Res]) -> None:
+    """nccl-no-debug-knobs is in the pack's allowlist (its own code, reviewed by its owners):
+    the NCCL acceptance test's annotation keeps suppressing it."""
+    def change(p: dict[str, Any]) -> None:
+        set_env(wc(p), "NCCL_DEBUG", "INFO")
+        _suppressed(p, "nccl-no-debug-knobs: a profiling run")
+    plan, res = mutated(copy.copy(prod_plan), TRAIN, change)
+    assert violations("nccl-no-debug-knobs", plan, res) == []
+
+
+@pytest.mark.parametrize(("expires", "held"), [
+    ("2999-12-31", True), ("2000-01-01", False), (None, False), ("soon", False)])
+def test_a_config_suppression_needs_a_reason_and_an_expiry_not_yet_past(
+        prod_plan: list[Res], expires: str | None, held: bool) -> None:
+    plan, res = mutated(copy.copy(prod_plan), TRAIN,
+                        lambda p: worker(p)["spec"].update(hostIPC=True))
+    entry = {"name": res.name, "reason": "a reviewed exception"} | (
+        {"expires": expires} if expires else {})
+    an = Analyzer({**prod_policy_config(), "privileged-only-operator-namespaces": {
+        "suppress": [entry]}}, only={"privileged-only-operator-namespaces"})
+    found = [d for d in an.analyze(res) if d.policy == "privileged-only-operator-namespaces"]
+    assert (found == []) is held, found

@@ -9,9 +9,12 @@ the workflow; a tag can be moved, a commit SHA cannot. actionlint checks the res
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +120,46 @@ def test_the_pr_is_judged_by_the_base_branchs_pack() -> None:
     assert "POLICY_PACK=.base/policies" in preview["run"]
 
 
-def test_codeowners_guard_what_decides_production() -> None:
-    owners = (REPO / ".github/CODEOWNERS").read_text()
-    for path in ("/.github/", "/policies/", "/Pulumi.*.yaml"):
-        assert re.search(rf"^{re.escape(path)}\s+@\S+", owners, re.M), path
+def test_the_pr_is_judged_by_the_base_branchs_runner_too() -> None:
+    """The PR's own offline/ runs the base pack; the base branch's runner runs it as well, on
+    the PR's program, so a PR cannot skip the rules by changing the runner."""
+    steps = WORKFLOWS["pull-request.yml"]["jobs"]["offline"]["steps"]
+    base = next(s for s in steps if s.get("with", {}).get("path") == ".base")
+    assert set(base["with"]["sparse-checkout"].split()) == {"policies", "offline"}
+    runner = next(s for s in steps if s.get("working-directory") == ".base")
+    assert re.search(r"-m offline preview --project-dir \.\. .*--policy-pack policies",
+                     runner["run"]), runner["run"]
+    make = next(i for i, s in enumerate(steps) if "make preview" in str(s.get("run", "")))
+    assert steps.index(runner) > make  # after `make preview` made the virtualenv
+
+
+def _owned(path: str, pattern: str) -> bool:
+    """CODEOWNERS' gitignore-style match, as far as this file uses it."""
+    if pattern == "*":
+        return True
+    if pattern.endswith("/"):
+        return ("/" + path).startswith(pattern)
+    return fnmatch.fnmatchcase("/" + path, pattern)
+
+
+def test_codeowners_guard_everything_that_runs_with_production_secrets() -> None:
+    """main's `up` job runs the program, its components and requirements, the Makefile, the
+    preview runner and tools with production credentials; the pack and the stack files decide
+    what passes: every tracked file has an owner."""
+    rules = [line.split()[0] for line in (REPO / ".github/CODEOWNERS").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for must in ("__main__.py", "Makefile", "requirements.txt", "components/blueprint.py",
+                 "offline/cli.py", "policies/policy-config.prod.json", "Pulumi.prod.yaml",
+                 ".github/workflows/main.yml", "tools/set-stack-secrets.sh"):
+        assert must in tracked, must
+    unowned = [p for p in tracked if not any(_owned(p, r) for r in rules)]
+    assert unowned == [], unowned[:20]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weakened", ["suppression", "rule removed"])
+@pytest.mark.parametrize("weakened", ["suppression", "runner", "rule removed"])
 def test_a_change_cannot_weaken_the_pack_that_judges_it(project: Path, weakened: str) -> None:
     """A change turns audit logging off and, in the same change, silences the rule that
     catches it: its own pack lets it through; the base branch's (this repository's) does not."""
@@ -134,6 +169,11 @@ def test_a_change_cannot_weaken_the_pack_that_judges_it(project: Path, weakened:
         config = project / "policies/policy-config.prod.json"
         config.write_text(json.dumps({**json.loads(config.read_text()),
                                       "kube-audit-logging": "disabled"}))
+    elif weakened == "runner":  # the change's own preview runner skips the pack
+        policy = project / "offline/policy.py"
+        text = policy.read_text()
+        assert "\ndef run_policies(" in text
+        policy.write_text(text + "\n\ndef run_policies(*args, **kwargs):\n    return []\n")
     else:  # the rule demoted to advisory in the change's own pack
         rules = project / "policies/gpu_guardrails/rules_bootstrap.py"
         text = rules.read_text()
@@ -142,7 +182,10 @@ def test_a_change_cannot_weaken_the_pack_that_judges_it(project: Path, weakened:
         at = text.index(head)
         demoted = text[at:].replace("MANDATORY,", "EnforcementLevel.ADVISORY,", 1)
         rules.write_text(text[:at] + demoted)
-    own = run_offline(project, "preview", "--quiet")
+    own = run_offline(project, "preview", "--quiet") if weakened != "runner" else \
+        subprocess.run([sys.executable, "-m", "offline", "preview", "--quiet"], cwd=project,
+                       env={**os.environ, "PYTHONPATH": str(project)}, capture_output=True,
+                       text=True, timeout=300)  # the change's own runner, as make runs it
     assert own.returncode == 0, own.stdout[-2000:] + own.stderr
     base = run_offline(project, "preview", "--quiet",
                        "--policy-pack", str(REPO / "policies"))

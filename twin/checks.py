@@ -225,43 +225,88 @@ def _last_line(text: str) -> str:
 
 
 def _probe_pod(namespace: str, name: str, security: Mapping[str, Any],
-               volumes: Sequence[Mapping[str, Any]] = ()) -> str:
+               volumes: Sequence[Mapping[str, Any]] = (),
+               container: Mapping[str, Any] | None = None) -> dict[str, Any]:
     mounts = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes]
-    return json.dumps({
+    return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
-                                 "securityContext": dict(security), "volumeMounts": mounts}],
-                 "volumes": list(volumes)}})
+                                 "securityContext": dict(security), "volumeMounts": mounts,
+                                 **(container or {})}],
+                 "volumes": list(volumes)}}
+
+
+# `kubectl debug --profile=sysadmin`'s container: privileged (k8s.io/kubectl pkg/cmd/debug
+# profiles.go, sysadminProfile), added through the pods/ephemeralcontainers subresource.
+SYSADMIN_DEBUGGER = {"name": "debugger", "image": "registry.k8s.io/e2e-test-images/busybox:1.36",
+                     "targetContainerName": "probe", "securityContext": {"privileged": True}}
 
 
 def pod_admission(cp: ControlPlane, cluster: Any, seen: list[str]) -> Iterator[str]:
     """What the API server admits, asked with server-side dry runs: in a training namespace
     Pod Security baseline plus IPC_LOCK and the scratch hostPath (the ValidatingAdmissionPolicy)
-    and nothing more; in any namespace without labels, the cluster default (baseline)."""
+    and nothing more, on every way into a pod (its containers, a debugger added later); in any
+    namespace without labels, the cluster default (baseline)."""
     training = sorted({j.namespace for j in cluster.workloads.training} | {"training"})[0]
     scratch = cluster.storage.scratch.mount_point
     cp.kubectl("create", "namespace", "twin-unlabeled", check=False)
     rdma = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
             "allowPrivilegeEscalation": False}
-    cases: list[tuple[str, str, Mapping[str, Any], list[dict[str, Any]], bool]] = [
+    probe_host = {"livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 10250,
+                                                "path": "/pods"}}}
+    cases: list[tuple[str, str, Mapping[str, Any], list[dict[str, Any]], bool,
+                      Mapping[str, Any] | None]] = [
         (training, "rdma-worker", rdma,
-         [{"name": "scratch", "hostPath": {"path": scratch, "type": "Directory"}}], True),
-        (training, "privileged", {"privileged": True}, [], False),
-        (training, "host-root", rdma, [{"name": "root", "hostPath": {"path": "/"}}], False),
-        (training, "sys-admin", {"capabilities": {"add": ["SYS_ADMIN"]}}, [], False),
-        ("twin-unlabeled", "privileged", {"privileged": True}, [], False),
-        (cluster.platform.gpu_operator.namespace, "driver", {"privileged": True}, [], True),
+         [{"name": "scratch", "hostPath": {"path": scratch, "type": "Directory"}}], True, None),
+        (training, "privileged", {"privileged": True}, [], False, None),
+        (training, "host-root", rdma, [{"name": "root", "hostPath": {"path": "/"}}], False,
+         None),
+        (training, "sys-admin", {"capabilities": {"add": ["SYS_ADMIN"]}}, [], False, None),
+        (training, "apparmor-unconfined", {"appArmorProfile": {"type": "Unconfined"}}, [],
+         False, None),
+        (training, "selinux-spc", {"seLinuxOptions": {"type": "spc_t"}}, [], False, None),
+        (training, "probe-host", rdma, [], False, probe_host),
+        ("twin-unlabeled", "privileged", {"privileged": True}, [], False, None),
+        (cluster.platform.gpu_operator.namespace, "driver", {"privileged": True}, [], True,
+         None),
     ]
-    for ns, name, security, volumes, admitted in cases:
-        proc = cp.kubectl("create", "--dry-run=server", "-f", "-",
-                          stdin=_probe_pod(ns, f"twin-{name}", security, volumes), check=False)
+    for ns, name, security, volumes, admitted, container in cases:
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(
+            _probe_pod(ns, f"twin-{name}", security, volumes, container)), check=False)
         verdict = "admitted" if proc.returncode == 0 else \
             f"refused: {_last_line(proc.stderr)[:240]}"
         seen.append(f"admission {ns}/{name}: {verdict}")
         if (proc.returncode == 0) != admitted:
             yield (f"a {name} pod in {ns} was {verdict}, expected "
                    f"{'admitted' if admitted else 'refused'}")
+    yield from _debugger_admission(cp, training, rdma, seen)
+
+
+def _debugger_admission(cp: ControlPlane, ns: str, security: Mapping[str, Any],
+                        seen: list[str]) -> Iterator[str]:
+    """A privileged debugger added to an admitted pod (what `kubectl debug --profile=sysadmin`
+    sends): an UPDATE of pods/ephemeralcontainers, refused like a privileged pod. The target
+    pod selects no node, so it never runs; it is deleted after."""
+    target = _probe_pod(ns, "twin-debug-target", security)
+    target["spec"]["nodeSelector"] = {"twin.gpucluster.io/nowhere": "true"}
+    made = cp.kubectl("create", "-f", "-", stdin=json.dumps(target), check=False)
+    if made.returncode != 0:
+        yield f"the debugger's target pod in {ns} was refused: {_last_line(made.stderr)}"
+        return
+    try:
+        patch = {"spec": {"ephemeralContainers": [SYSADMIN_DEBUGGER]}}
+        proc = cp.kubectl("patch", "pod", "twin-debug-target", "-n", ns,
+                          "--subresource=ephemeralcontainers", "--type=strategic",
+                          "--dry-run=server", "-p", json.dumps(patch), check=False)
+        verdict = "admitted" if proc.returncode == 0 else \
+            f"refused: {_last_line(proc.stderr)[:240]}"
+        seen.append(f"admission {ns}/sysadmin-debugger: {verdict}")
+        if proc.returncode == 0:
+            yield f"a privileged debugger added to a pod in {ns} was admitted, expected refused"
+    finally:
+        cp.kubectl("delete", "pod", "twin-debug-target", "-n", ns, "--wait=false",
+                   check=False)
 
 
 # kubeadm's RBAC for token discovery (phases/bootstraptoken/clusterinfo): anonymous may read

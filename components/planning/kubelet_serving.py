@@ -6,8 +6,8 @@ port-forward (`--kubelet-certificate-authority`, CIS 1.2.5) instead of trusting 
 on a node's port 10250. kube-controller-manager signs those CSRs but never approves them
 (kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/
 #certificate-rotation): a timer on every control-plane host approves what the inventory vouches
-for (scripts/approve-kubelet-serving.sh says exactly what), with its own identity that may do
-nothing else, renewals included.
+for (kubelet_serving_approver.py says exactly what, reading each request with an X.509 parser),
+with its own identity that may do nothing else, renewals included.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ APPROVER_KUBECONFIG = "/etc/kubernetes/kubelet-serving-approver.conf"
 KUBELETS_FILE = "/etc/kubernetes/gpu-cluster-kubelets"
 APPROVER = "/usr/local/sbin/gpu-cluster-approve-kubelet-serving"
 UNIT = "gpu-cluster-kubelet-serving"
-SCRIPT = (Path(__file__).parent / "scripts" / "approve-kubelet-serving.sh").read_text()
+SCRIPT = (Path(__file__).parent / "kubelet_serving_approver.py").read_text()
+# What the approver parses requests with: Ubuntu's package (3.4 on 22.04, 41 on 24.04).
+PACKAGE = "python3-cryptography"
 
 SERVICE = f"""\
 [Unit]
@@ -87,7 +89,7 @@ def install_script(cluster: Cluster) -> str:
     the kubelets it vouches for, each written only when it differs."""
     files = ((APPROVER, SCRIPT, "0755"), (f"/etc/systemd/system/{UNIT}.service", SERVICE, "0644"),
              (f"/etc/systemd/system/{UNIT}.timer", TIMER, "0644"))
-    lines = []
+    lines = [f"dpkg -s {PACKAGE} >/dev/null 2>&1 || apt-get install -y {PACKAGE}\n"]
     for path, text, mode in files:
         lines.append(f"CONTENT=\"$(cat <<'CONTENT'\n{text.rstrip()}\nCONTENT\n)\"\n"
                      f'if write_if_changed {path} "$CONTENT"; then\n'

@@ -37,13 +37,18 @@ and passed to the CLI with `--policy-pack-config`; its format is the CLI's:
   "inference-hpa-min-replicas": "advisory",
   "dev-shm-memory-emptydir": {"enforcementLevel": "mandatory", "minSize": "32Gi"},
   "nccl-no-debug-knobs": {"suppress": [
-    {"name": "mpijob-training-nccl-allreduce", "reason": "the acceptance test parses INFO"}]}
+    {"name": "mpijob-training-nccl-allreduce", "reason": "the acceptance test parses INFO",
+     "expires": "2027-06-30"}]}
 }
 ```
 
 A suppression names the resource (Pulumi name or `metadata.name`, globs allowed) and must give
-a reason; an entry without one suppresses nothing. An object can also carry the annotation
-`gpucluster.io/policy-suppress: "<rule>: <reason>"` (several separated by `;`).
+a reason and an expiry (an ISO date); an entry without either, or past its expiry, suppresses
+nothing. The policy config is reviewed by the pack's owners (CODEOWNERS). A few rules that
+guard performance, not security (`ANNOTATION_SUPPRESSIBLE` in `gpu_guardrails/registry.py`:
+`nccl-no-debug-knobs`), may also be suppressed by the object's own annotation
+`gpucluster.io/policy-suppress: "<rule>: <reason>"` (several separated by `;`); for any other
+rule the annotation suppresses nothing.
 """
 
 

@@ -11,6 +11,7 @@ import fnmatch
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import date
 from typing import Any, NamedTuple, Protocol, TypeGuard, cast
 
 from pulumi_policy import (
@@ -186,15 +187,32 @@ def policy_config(args: Any) -> Any:
 
 
 SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
+# The rules an object's own annotation may suppress: an annotation lives in code no owner of
+# the pack reviews (components/), so only rules that guard performance or operations, never
+# security, are here. Every other suppression is in the policy config, which the pack's owners
+# review (policies/, CODEOWNERS).
+ANNOTATION_SUPPRESSIBLE = frozenset({
+    "nccl-no-debug-knobs",  # NCCL_DEBUG/NCCL_ALGO: a slow job, not an exposure
+})
 
 
-def suppression(rule: str, args: Any, resource_name: str, props: Any) -> str | None:
+def _expired(expires: Any, today: date) -> bool:
+    """An expiry that is not an ISO date, or is past, ends the suppression."""
+    try:
+        return date.fromisoformat(str(expires)) < today
+    except ValueError:
+        return True
+
+
+def suppression(rule: str, args: Any, resource_name: str, props: Any,
+                today: date | None = None) -> str | None:
     """The reason `rule` is suppressed for one resource, or None. Suppressed by either
     * the policy config: `{"<rule>": {"suppress": [{"name": "<resource name or glob>",
-      "reason": "..."}]}}` (resource name = the Pulumi name or metadata.name), or
-    * an annotation on the object: `gpucluster.io/policy-suppress: "<rule>: <reason>"`
-      (several separated by ';').
-    An entry without a reason suppresses nothing."""
+      "reason": "...", "expires": "YYYY-MM-DD"}]}}` (resource name = the Pulumi name or
+      metadata.name); an entry without a reason, or past or without its expiry, suppresses
+      nothing; or
+    * for a rule in ANNOTATION_SUPPRESSIBLE only, an annotation on the object:
+      `gpucluster.io/policy-suppress: "<rule>: <reason>"` (several separated by ';')."""
     meta_name = get(props, "metadata", "name")
     names = {resource_name, meta_name} - {None}
     conf = policy_config(args)
@@ -202,16 +220,16 @@ def suppression(rule: str, args: Any, resource_name: str, props: Any) -> str | N
     for entry in entries if is_list(entries) else ():
         pattern, reason = get(entry, "name"), get(entry, "reason")
         if (isinstance(pattern, str) and isinstance(reason, str) and reason.strip()
+                and not _expired(get(entry, "expires"), today or date.today())
                 and any(fnmatch.fnmatchcase(str(n), pattern) for n in names)):
             return reason.strip()
     note = get(props, "metadata", "annotations", SUPPRESS_ANNOTATION)
-    if isinstance(note, str):
+    if isinstance(note, str) and rule in ANNOTATION_SUPPRESSIBLE:
         for item in note.split(";"):
             rid, _, reason = item.partition(":")
             if rid.strip() == rule and reason.strip():
                 return reason.strip()
     return None
-
 
 
 def get(obj: Any, *path: Any) -> Any:
