@@ -127,18 +127,26 @@ def compatibility_problems(cluster: Cluster) -> Iterator[Problem]:
                "use Volcano 1.12.0 or later (1.15.1 is tested)")
 
 
-_VLLM_TAG = re.compile(r"(?:^|/)vllm-openai:v(\d+)\.(\d+)\.(\d+)")
+# The vLLM release from an image's tag, in any registry: `…:v0.32.0`, `…:0.32.0`, a digest may
+# follow (the pack's no-remote-code-from-models reads it the same way).
+_VLLM_TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-+][\w.]+)?(?:@sha256:[0-9a-f]{64})?$")
 
 
 def _vllm_problems(cluster: Cluster) -> Iterator[Problem]:
+    floor = ".".join(map(str, VLLM_FLOOR))
     for i, svc in enumerate(cluster.workloads.inference):
         m = _VLLM_TAG.search(svc.image)
-        if m and tuple(int(g) for g in m.groups()) < VLLM_FLOOR:
-            floor = ".".join(map(str, VLLM_FLOOR))
+        if m is None:
             yield Problem(f"workloads.inference[{i}].image", svc.image,
-                   f"is a vLLM release before {floor}, whose OpenAI server has published "
-                   "security flaws",
-                   f"use vllm/vllm-openai:v{floor} or later")
+                          "names no vLLM release in its tag, so its security floor cannot be "
+                          "checked",
+                          f"tag it with the vLLM version it holds, e.g. vllm/vllm-openai:v{floor}"
+                          f" (a digest may follow: …:v{floor}@sha256:…)")
+        elif tuple(int(g) for g in m.groups()) < VLLM_FLOOR:
+            yield Problem(f"workloads.inference[{i}].image", svc.image,
+                          f"is a vLLM release before {floor}, whose OpenAI server has published "
+                          "security flaws",
+                          f"use vllm/vllm-openai:v{floor} or later")
 
 
 def _lnet(net: str) -> str:

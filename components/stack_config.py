@@ -171,7 +171,8 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
     strict = not pulumi.runtime.is_dry_run()
     problems = [p for p in (ssh_key_problem(cluster, conf.get("sshPrivateKey") or "", strict),
                             *fabric_key_problems({k: conf.get(k) or "" for k in FABRIC_KEYS},
-                                                  strict)) if p is not None]
+                                                  strict),
+                            *password_problems(_device_passwords(conf))) if p is not None]
     if problems:
         raise ConfigError(problems)
     devices = {key: _device_names(PROJECT, key) for key in DEVICE_PASSWORDS}
@@ -189,6 +190,36 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
                       switch_passwords=MappingProxyType(per_device["switchPasswords"]),
                       bmc_passwords=MappingProxyType(per_device["bmcPasswords"]))
     return cluster, secrets
+
+
+def _device_passwords(conf: Any) -> dict[str, str]:
+    """Every device password by its key path (`bmcPassword`, `switchPasswords.<switch>`),
+    read raw for its checks only (password_problems never shows a value)."""
+    import pulumi
+
+    out = {k: conf.get(k) or "" for k in DEVICE_PASSWORDS.values()}
+    for key in DEVICE_PASSWORDS:
+        raw = pulumi.runtime.get_config(f"{PROJECT}:{key}")
+        value = json.loads(raw) if raw else {}
+        if isinstance(value, dict):
+            out |= {f"{key}.{name}": str(v) for name, v in value.items()}
+    return out
+
+
+# What a device password must not hold: the BMC's password travels in a curl config line and a
+# switch's through an interactive login, and neither carries a line break or another control
+# character (a newline ends curl's `user = "…"` line; the switch's CLI ends the input there).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def password_problems(values: Mapping[str, str]) -> list[Problem]:
+    """Device passwords their consumers cannot carry, by key; values are never echoed."""
+    return [Problem(f"(secret) {PROJECT}:{key}", None,
+                    "holds a control character (a line break, tab or NUL; value hidden), "
+                    "which the BMC's curl configuration and the switch's login cannot carry",
+                    f"set a password of printable characters: pulumi config set --secret "
+                    f"--path '{key}' …")
+            for key, value in sorted(values.items()) if _CONTROL.search(value)]
 
 
 def _entry(name: str) -> Callable[[Any], Any]:

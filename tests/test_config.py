@@ -330,8 +330,8 @@ BAD_INPUTS = [
     bad("ingress-pool-descending", setting("network.ingressPool", ["10.12.0.250", "10.12.0.240"]),
         "network.ingressPool", ("10.12.0.250",), ("ascending",)),
     # Images and versions.
-    bad("vllm-before-its-security-fixes", setting(f"{INFER}.image", "vllm/vllm-openai:v0.11.0"),
-        f"{INFER}.image", ("v0.11.0",), ("v0.11.1 or later",)),
+    bad("vllm-before-its-security-fixes", setting(f"{INFER}.image", "vllm/vllm-openai:v0.31.0"),
+        f"{INFER}.image", ("v0.31.0",), ("v0.32.0 or later",)),
     bad("inference-image-latest", setting(f"{INFER}.image", "vllm/vllm-openai:latest"),
         f"{INFER}.image", ("vllm/vllm-openai:latest",), ("latest",)),
     bad("inference-image-untagged", setting(f"{INFER}.image", "vllm/vllm-openai"),

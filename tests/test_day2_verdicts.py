@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from support.project import REPO, copy_repo, prod_raw, run_offline
+from support.project import copy_deployed, prod_raw, run_offline
 from support.stack_edits import edit_inventory, edit_stack
 
 pytestmark = pytest.mark.slow
@@ -357,9 +357,7 @@ SCENARIOS: dict[str, Scenario] = {
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repository with prod's committed rendering: what prod has deployed."""
-    project = copy_repo(tmp_path_factory.mktemp("prod") / "gpu-cluster")
-    shutil.copytree(REPO / "rendered" / "prod", project / "rendered" / "prod")
-    return project
+    return copy_deployed(tmp_path_factory.mktemp("prod") / "gpu-cluster")
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -70,8 +70,8 @@ def test_the_prod_plan_passes_every_rule(prod_plan: list[Res]) -> None:
     out = Analyzer(prod_policy_config()).run(prod_plan)
     assert [d for d in out if d.level == "mandatory"] == []
     # A first preview (the copy has no rendering, so nothing is deployed): each GPU node's
-    # reboot drain acts on the verdict its reboot check prints, and 8 rules read commands.
+    # reboot drain acts on the verdict its reboot check prints, and 14 rules read commands.
     (wait,) = out
     assert wait.policy == "checks-wait-for-up" and wait.level == "advisory"
-    assert "\n64 checks by 8 rules wait for `pulumi up`" in wait.message
+    assert "\n112 checks by 14 rules wait for `pulumi up`" in wait.message
     assert "`.create` of 8 resources (gpu-node-00-reboot-drain, " in wait.message

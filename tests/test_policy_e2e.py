@@ -95,13 +95,13 @@ def test_prod_passes_with_zero_mandatory_violations(
     assert [v for v in report_of(project) if v["level"] == "mandatory"] == []
     # A first preview (the copy has no rendering: nothing is deployed, no command has printed
     # anything). Each GPU node's reboot drain acts on its reboot check's verdict (the check's
-    # stdout), so the 8 rules that read command scripts cannot check the 8 drains yet: one
+    # stdout), so the 14 rules that read command scripts cannot check the 8 drains yet: one
     # finding says so, and no "can't run policy" line per rule and resource.
     (wait,) = [v for v in report_of(project) if v["level"] != "suppressed"]
     assert (wait["policy"], wait["level"], wait["resource"]) == (
         "checks-wait-for-up", "advisory", None)
     assert wait["message"].startswith(
-        "64 checks by 8 rules wait for `pulumi up` (the values they read are unknown until "
+        "112 checks by 14 rules wait for `pulumi up` (the values they read are unknown until "
         "earlier steps run): `.create` of 8 resources (gpu-node-00-reboot-drain, "
         "gpu-node-01-reboot-drain, gpu-node-02-reboot-drain, and 5 more).")
     assert "can't run policy" not in proc.stdout

@@ -41,6 +41,18 @@ def stdin_edit(old: str, new: str, last: bool = False) -> Mutation:
         p["stdin"] = s[:at] + new + s[at + len(old):]
     return change
 QUEUE = ("kubernetes:scheduling.volcano.sh/v1beta1:Queue", "training")
+PREPARE = ("command:remote:Command", "gpu-node-00-prepare")
+IDENTITIES = ("command:remote:Command", "mgmt-01-identities")
+SM_FILES = ("command:remote:Command", "sm-01-opensm")
+API_KEY = ("command:remote:Command", "llama-70b-setup")
+RDMA_BINDING = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
+                "rdma-pods-baseline")
+SERVICE = ("kubernetes:core/v1:Service", "inference")
+CLIENTS = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "clients")
+RELEASE_INGRESS = ("kubernetes:helm.sh/v3:Release", "ingress-nginx")
+VIEWERS = ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "viewers")
+DIGEST = "@sha256:" + "0" * 64
+FLOOR = "v{}.{}.{}".format(*gpu_guardrails.compat_data.VLLM_FLOOR)
 
 Mutation = Callable[[dict[str, Any]], Any]
 
@@ -128,6 +140,94 @@ def seq(*ms: Mutation) -> Mutation:
 # (rule, resource selector, violating mutation, near miss). `protect` mutations use a
 # string "opts.protect=False" instead of a function.
 CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
+    # Classes of security regression (rules_security.py): each with a plant and a near miss.
+    "hosts-reachable-only-from-admin-networks": (
+        PREPARE, replace_text("stdin", 'HOST_FIREWALL="on"', 'HOST_FIREWALL="off"'),
+        replace_text("stdin", 'SSH_CIDRS="10.10.0.0/16"',
+                     'SSH_CIDRS="10.10.0.0/16 10.20.0.0/16"')),
+    "hosts-reachable-only-from-admin-networks/ssh-from-anywhere": (
+        PREPARE, replace_text("stdin", 'SSH_CIDRS="10.10.0.0/16"',
+                              'SSH_CIDRS="10.10.0.0/16 0.0.0.0/1"'), None),
+    "hosts-reachable-only-from-admin-networks/root-login": (
+        PREPARE, replace_text("stdin", "PermitRootLogin no", "PermitRootLogin prohibit-password"),
+        replace_text("stdin", "PermitRootLogin no", "PermitRootLogin No")),
+    "admission-controls-intact": (
+        RDMA_BINDING, lambda p: p["spec"].update(validationActions=["Warn", "Audit"]),
+        lambda p: p["spec"].update(validationActions=["Deny", "Audit"])),
+    "admission-controls-intact/plugin-off": (
+        INIT, replace_text("stdin", "  - name: profiling\n",
+                           "  - name: disable-admission-plugins\n    value: NodeRestriction\n"
+                           "  - name: profiling\n"),
+        replace_text("stdin", "  - name: profiling\n",
+                     "  - name: disable-admission-plugins\n    value: DefaultStorageClass\n"
+                     "  - name: profiling\n")),
+    "admission-controls-intact/tenant-exempt": (
+        INIT, replace_text("stdin", "      - tigera-operator\nADMISSION",
+                           "      - tigera-operator\n      - training\nADMISSION"),
+        replace_text("stdin", "      - tigera-operator\nADMISSION",
+                     "      - tigera-operator\n      - metallb-system\nADMISSION")),
+    "privileged-namespaces-policed": (
+        RDMA_BINDING, lambda p: p["spec"]["matchResources"]["namespaceSelector"][
+            "matchExpressions"][0].update(values=["research"]),
+        lambda p: p["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0][
+            "values"].append("research")),
+    "identities-least-privilege/everyone": (
+        VIEWERS, lambda p: p["subjects"].append({"apiGroup": "rbac.authorization.k8s.io",
+                                                 "kind": "Group",
+                                                 "name": "system:authenticated"}), None),
+    "fabric-partitions-closed/tenant-partition-open": (
+        SM_FILES, replace_text("stdin", "defmember=full :\n", "defmember=full :\n    ALL, "),
+        None),
+    "workloads-out-of-system-namespaces": (
+        TRAIN, lambda p: p["metadata"].update(namespace="kube-system"),
+        lambda p: p["metadata"].update(namespace="research")),
+    "services-only-through-the-ingress": (
+        SERVICE, lambda p: p["spec"].update(type="LoadBalancer"),
+        lambda p: p["spec"].update(type="ClusterIP", sessionAffinity="ClientIP")),
+    "services-only-through-the-ingress/every-namespace": (
+        CLIENTS, lambda p: p["spec"]["ingress"][0].update({"from": [{"namespaceSelector": {}}]}),
+        lambda p: p["spec"]["ingress"][0]["from"].append({"namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": "research"}}})),
+    "services-only-through-the-ingress/snippets": (
+        RELEASE_INGRESS, lambda p: p["values"]["controller"].update(
+            allowSnippetAnnotations=True),
+        lambda p: p["values"]["controller"].update(allowSnippetAnnotations=False)),
+    "identities-least-privilege": (
+        VIEWERS, lambda p: p["roleRef"].update(name="cluster-admin"),
+        lambda p: p["subjects"].append({"apiGroup": "rbac.authorization.k8s.io",
+                                        "kind": "Group", "name": "research:viewers"})),
+    "identities-least-privilege/any-signer": (
+        IDENTITIES, replace_text("stdin", "  - kubernetes.io/kubelet-serving\n  verbs:\n"
+                                 "  - approve", "  - kubernetes.io/*\n  verbs:\n  - approve"),
+        replace_text("stdin", "  - get\n  - list\n  - watch", "  - get\n  - list")),
+    "fabric-partitions-closed": (
+        SM_FILES, replace_text("stdin", "ALL=limited", "ALL=full"),
+        replace_text("stdin", "ALL=limited, SELF=full", "ALL=limited")),
+    "no-remote-code-from-models": (
+        DEPLOY, lambda p: vllm(p)["args"].insert(0, "--trust-remote-code"),
+        lambda p: vllm(p)["args"].insert(0, "--disable-log-requests")),
+    "no-remote-code-from-models/old-release-from-a-mirror": (
+        DEPLOY, assign(vllm, "image", "registry.example.com/mirror/vllm:0.6.3"),
+        assign(vllm, "image", f"registry.example.com/mirror/vllm:{FLOOR}{DIGEST}")),
+    # A mirror that renames the image: still vLLM (its VLLM_API_KEY), still its release.
+    "no-remote-code-from-models/renamed-mirror": (
+        DEPLOY, assign(vllm, "image", "registry.example.com/mirror/llm-server:0.6.3"), None),
+    "no-remote-code-from-models/digest-alone": (
+        DEPLOY, assign(vllm, "image", "registry.example.com/mirror/vllm-openai" + DIGEST),
+        None),
+    "secrets-not-in-clear": (
+        API_KEY, replace_text("stdin", '--from-file="$FIELD=/dev/stdin"',
+                              '--from-literal="$FIELD=$KEY"'),
+        replace_text("stdin", '--from-file="$FIELD=/dev/stdin"',
+                     '--from-file="$FIELD=/dev/fd/0"')),
+    "secrets-not-in-clear/chart-literal": (
+        RELEASE_PROM, lambda p: p["values"].setdefault("grafana", {}).update(
+            enabled=True, adminPassword="Grafana-h100-2024"),
+        lambda p: p["values"].setdefault("grafana", {}).update(
+            enabled=True, admin={"existingSecret": "grafana-admin"})),
+    "kubelet-serving-approver-vouches": (
+        IDENTITIES, replace_text("stdin", "if name.value not in allowed:", "if False:"),
+        replace_text("stdin", "# RFC 1123 host names", "# RFC 1123 hostnames")),
     "no-latest-image": (TRAIN, assign(wc, "image", "nvcr.io/nvidia/pytorch:latest"),
                         assign(wc, "image", "registry.local:5000/nvidia/pytorch:25.10-py3")),
     "helm-chart-pinned": (RELEASE_GPU, rel("version", "~26.3"), rel("version", "v26.3.2-rc.1")),
@@ -299,6 +399,10 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "workload-containers-unprivileged": (
         TRAIN, lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
         lambda p: wc(p)["securityContext"]["capabilities"]["add"].append("CHOWN")),
+    "workload-containers-unprivileged/serving-as-root": (
+        DEPLOY, lambda p: vllm(p).setdefault("securityContext", {}).update(
+            runAsUser=0, runAsNonRoot=False),
+        lambda p: vllm(p).setdefault("securityContext", {}).update(runAsUser=2000)),
     "ingress-redirects-to-tls": (
         INGRESS, lambda p: p["metadata"]["annotations"].update(
             {"nginx.ingress.kubernetes.io/ssl-redirect": "false"}),

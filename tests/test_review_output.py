@@ -18,7 +18,7 @@ from support.stack_edits import edit_inventory, edit_stack, render_baseline, sev
 
 from components.planning.workloads import POLICY_SUPPRESS_ANNOTATION
 
-VLLM = "vllm/vllm-openai:v0.11.1"
+VLLM = "vllm/vllm-openai:v0.32.0"
 
 
 def sections(out: str) -> list[str]:
@@ -59,16 +59,16 @@ def test_the_diff_shows_old_and_new_values_and_masks_secrets(project: Path) -> N
     stack = project / "Pulumi.prod.yaml"
     text = stack.read_text()
     assert VLLM in text
-    doc = yaml.safe_load(text.replace(VLLM, "vllm/vllm-openai:v0.11.2"))
+    doc = yaml.safe_load(text.replace(VLLM, "vllm/vllm-openai:v0.32.1"))
     doc["config"]["gpu-cluster:cluster"]["credentials"]["bmcPasswordVersion"] = 2
     stack.write_text(yaml.safe_dump(doc, sort_keys=False))
     proc = run_offline(project, "preview")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     diff = json.loads((project / "build/prod/diff.json").read_text())
     images = {p: v for c in diff for p, v in c["values"].items() if p.endswith(".image")}
-    assert images and all(v == {"old": VLLM, "new": "vllm/vllm-openai:v0.11.2"}
+    assert images and all(v == {"old": VLLM, "new": "vllm/vllm-openai:v0.32.1"}
                           for v in images.values()), images
-    assert f'"{VLLM}" → "vllm/vllm-openai:v0.11.2"' in proc.stdout
+    assert f'"{VLLM}" → "vllm/vllm-openai:v0.32.1"' in proc.stdout
     secrets = [v for c in diff for v in c["values"].values()
                if "[secret" in json.dumps(v)]
     assert secrets and all(v == {"old": "[secret version 1]", "new": "[secret version 2]"}

@@ -19,7 +19,12 @@ from support.sandbox import Sandbox, unavailable
 
 from components.config_types import ConfigError
 from components.planning.ssh_keys import authorized_keys_script, fingerprint
-from components.stack_config import fabric_key_problems, ssh_key_problem, validate_cluster
+from components.stack_config import (
+    fabric_key_problems,
+    password_problems,
+    ssh_key_problem,
+    validate_cluster,
+)
 
 KEY = "gpu-cluster:cluster"
 PROD_KEY = prod_raw()["credentials"]["sshPublicKey"]
@@ -277,3 +282,17 @@ def test_up_refuses_keys_that_share_a_value_and_preview_lets_placeholders_throug
     offline = {k: f"offline-secret-{k}#version 1" for k in GOOD_KEYS}
     assert fabric_key_problems(offline, strict=False) == []
     assert len(fabric_key_problems(offline, strict=True)) == 3
+
+
+def test_a_device_password_its_consumers_cannot_carry_is_refused_without_its_value() -> None:
+    """A line break ends curl's `user = "…"` config line (the BMC) and the switch's login
+    input: refused by key, the value never shown; printable passwords (quotes and backslashes
+    included, which the BMC command escapes) pass."""
+    problems = password_problems({"bmcPassword": "hunter2\nX-Injected: 1",
+                                  "switchPasswords.leaf-su1-r0-1": "s3cr3t\tzz",
+                                  "switchPassword": 'quote" back\\slash $(x)'})
+    assert [p.path for p in problems] == ["(secret) gpu-cluster:bmcPassword",
+                                          "(secret) gpu-cluster:switchPasswords.leaf-su1-r0-1"]
+    text = " ".join(f"{p.message} {p.fix} {p.value}" for p in problems)
+    assert "hunter2" not in text and "s3cr3t" not in text
+    assert "pulumi config set --secret --path 'bmcPassword'" in problems[0].fix

@@ -11,6 +11,9 @@ one decorated function (see `registry.py`) in the module of its domain:
 - `rules_inference.py`: inference services;
 - `rules_pods.py`: privilege, secrets and GPU placement of every pod;
 - `rules_rdma.py`: RDMA pods and NCCL;
+- `rules_security.py`: classes of security regression (hosts open to the world, admission
+  weakened, services outside the ingress, identities with cluster rights, the fabric's Default
+  partition, code from model repositories, secrets in clear, the kubelet-serving approver);
 - `rules_training.py`: training jobs and gang scheduling;
 - `rules_deferred.py` (run last): the one finding that says which checks wait for
   `pulumi up` because the values they read are unknown in a preview.
@@ -32,6 +35,7 @@ from . import rules_hardening as _rules_hardening  # noqa: F401
 from . import rules_inference as _rules_inference  # noqa: F401
 from . import rules_pods as _rules_pods  # noqa: F401
 from . import rules_rdma as _rules_rdma  # noqa: F401
+from . import rules_security as _rules_security  # noqa: F401
 from . import rules_training as _rules_training  # noqa: F401
 from .registry import REGISTRY
 

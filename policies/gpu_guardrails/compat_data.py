@@ -79,9 +79,16 @@ CALICO_K8S: dict[str, tuple[int, int]] = {
     "v3.32": (34, 36),  # 1.34, 1.35, 1.36
 }
 
-# vLLM's OpenAI server: releases before this one have published security advisories the
-# stack's API exposure must not carry (vLLM's GitHub security advisories, fixed in 0.11.1).
-VLLM_FLOOR = (0, 11, 1)
+# vLLM: releases before this one have published security advisories against the OpenAI server
+# or model loading that the stack's exposure must not carry. Read from the GitHub advisory
+# database and OSV (PyPI `vllm`) on 2026-11-27: GHSA-2pc9-4j83-qjmr (auto_map code runs with
+# trust_remote_code off, fixed 0.14.0), GHSA-4r2x-xpjr-7cvv (a crafted video_url, 0.14.1),
+# GHSA-7972-pg2x-xr59 (trust_remote_code hard-coded on, 0.18.0), GHSA-3mwp-wvh9-7528 (an
+# unbounded `n` exhausts memory, 0.19.0), GHSA-94f4-hr76-p5j6 (the API key check bypassed,
+# 0.22.0), PYSEC-2026-4344 / GHSA-542m-9234-8gvf and PYSEC-2026-4349 (chat-template rendering
+# and its trust check, 0.32.0). Later fixes reported only second-hand (GHSA-5r3c-5x4v-8gjh,
+# 0.33.0) are not confirmed here: re-check https://osv.dev/list?q=vllm&ecosystem=PyPI.
+VLLM_FLOOR = (0, 32, 0)
 
 # The Kubernetes ranges alone, as the version rules read them.
 NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = {

@@ -10,15 +10,15 @@ from typing import Any
 import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 
-from .common import KUBEADM_INIT, TRAINING_JOB_TYPES, containers, pod_templates
+from .common import KUBEADM_INIT, TRAINING_JOB_TYPES, containers, pod_containers, pod_templates
 from .registry import Report, chart_name, get, is_list, is_map, resource_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
 # User workloads (node agents, DaemonSets in the operators' namespaces, are judged by
 # privileged-only-operator-namespaces).
-USER_WORKLOADS = (*TRAINING_JOB_TYPES, "kubernetes:apps/v1:Deployment",
-                  "kubernetes:apps/v1:StatefulSet", "kubernetes:batch/v1:Job",
+SERVING = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
+USER_WORKLOADS = (*TRAINING_JOB_TYPES, *SERVING, "kubernetes:batch/v1:Job",
                   "kubernetes:core/v1:Pod")
 HEREDOC = re.compile(r"<<'?(?P<tag>[A-Z]+)'?\n(?P<body>.*?)\n(?P=tag)\n", re.S)
 
@@ -263,7 +263,7 @@ _DANGEROUS_CAPS = {"ALL", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYS_MODULE", 
 @resource_rule(
     "workload-containers-unprivileged",
     "Workload containers never escalate privileges, add host-level capabilities or run "
-    "unconfined",
+    "unconfined; servers never run as root",
     MANDATORY,
     USER_WORKLOADS,
 )
@@ -271,10 +271,22 @@ def workload_containers_unprivileged(args: ResourceValidationArgs,
                                      report: Report) -> None:
     """Training and serving containers run user code with GPUs and the cluster's data: a
     setuid binary (allowPrivilegeEscalation), SYS_ADMIN or an unconfined seccomp profile
-    turns a job into root on the node. IPC_LOCK (RDMA) is not among them."""
-    for _, _, spec in pod_templates(args.resource_type, args.props):
+    turns a job into root on the node. IPC_LOCK (RDMA) is not among them. A server (a
+    Deployment or StatefulSet, which answers clients) never runs as root."""
+    serving = args.resource_type in SERVING
+    for path, _, spec in pod_templates(args.resource_type, args.props):
         if get(spec, "securityContext", "seccompProfile", "type") == "Unconfined":
             report("the pod's seccompProfile is Unconfined")
+        if serving:  # a server exposed to clients: never root (the pod's context is default)
+            for cpath, c in pod_containers(path, spec):
+                user, nonroot = (
+                    next((v for v in (get(c, "securityContext", k),
+                                      get(spec, "securityContext", k)) if v is not None), None)
+                    for k in ("runAsUser", "runAsNonRoot"))
+                if user == 0 or nonroot is not True:
+                    report(f"{cpath} may run as root (runAsUser {user}, runAsNonRoot "
+                           f"{nonroot}): a server's exploit would own the container's GPUs "
+                           "and mounts as root")
     for path, c in containers(args.resource_type, args.props):
         sc = get(c, "securityContext")
         if get(sc, "allowPrivilegeEscalation") is True:

@@ -30,8 +30,8 @@ MANDATORY = EnforcementLevel.MANDATORY
 
 DEFAULT_OPERATOR_NAMESPACES = (
     "kube-system", "gpu-operator", "nvidia-network-operator", "tigera-operator",
-    "calico-system", "volcano-system", "metallb-system", "ingress-nginx", "cert-manager",
-    "lustre-csi-system", "monitoring", "kubeflow",
+    "calico-system", "calico-apiserver", "volcano-system", "metallb-system", "ingress-nginx",
+    "cert-manager", "lustre-csi-system", "monitoring", "kubeflow",
 )
 
 

@@ -47,6 +47,14 @@ def run_offline(project: Path, *args: str, hashseed: str = "0"
     )
 
 
+def copy_deployed(dst: Path, stack: str = "prod") -> Path:
+    """A copy of this repository with the stack's committed rendering: what it has deployed,
+    for changes to preview against."""
+    copy_repo(dst)
+    shutil.copytree(REPO / "rendered" / stack, dst / "rendered" / stack)
+    return dst
+
+
 def copy_repo(dst: Path) -> Path:
     """A copy of this repository without build/, rendered/, vendor/, .git or caches (as a
     fresh clone has it), to preview changes in."""
