@@ -37,6 +37,7 @@ EXPECTED: dict[str, tuple[int, str]] = {
     "grafana_literal_password": (EXIT_POLICY, "secrets-not-in-clear"),
     "api_key_on_argv": (EXIT_POLICY, "secrets-not-in-clear"),
     "approver_accepts_any_ip": (EXIT_POLICY, "kubelet-serving-approver-vouches"),
+    "pods_reach_the_management_network": (EXIT_POLICY, "workloads-off-admin-networks"),
 }
 
 

@@ -51,6 +51,7 @@ SERVICE = ("kubernetes:core/v1:Service", "inference")
 CLIENTS = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "clients")
 RELEASE_INGRESS = ("kubernetes:helm.sh/v3:Release", "ingress-nginx")
 VIEWERS = ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "viewers")
+EGRESS = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "inference-egress-off-management")
 DIGEST = "@sha256:" + "0" * 64
 FLOOR = "v{}.{}.{}".format(*gpu_guardrails.compat_data.VLLM_FLOOR)
 
@@ -178,6 +179,11 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "fabric-partitions-closed/tenant-partition-open": (
         SM_FILES, replace_text("stdin", "defmember=full :\n", "defmember=full :\n    ALL, "),
         None),
+    "workloads-off-admin-networks": (
+        EGRESS, lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"].pop("except"),
+        lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"]["except"].append("10.99.0.0/16")),
+    "workloads-off-admin-networks/ssh": (
+        EGRESS, lambda p: p["spec"]["egress"][1]["ports"][0].update(port=22), None),
     "workloads-out-of-system-namespaces": (
         TRAIN, lambda p: p["metadata"].update(namespace="kube-system"),
         lambda p: p["metadata"].update(namespace="research")),

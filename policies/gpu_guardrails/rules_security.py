@@ -560,3 +560,80 @@ def kubelet_serving_approver_vouches(args: ResourceValidationArgs, report: Repor
             if verdict != want:
                 report(f"the kubelet-serving approver says {verdict!r} to {what} "
                        f"(want {want})")
+
+
+# ---------------------------------------------------------------- workloads on the admin networks
+
+def _egress_holes(policy: Any, admin: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
+                  api_ports: set[int]) -> Iterator[str]:
+    """Egress peers of one policy that reach an administrators' network beyond the API port."""
+    for i, rule in enumerate(get(policy, "spec", "egress") or ()):
+        ports = {int(p) for p in (get(q, "port") for q in get(rule, "ports") or ())
+                 if isinstance(p, (int, float))}
+        peers = get(rule, "to")
+        if not is_list(peers) or not peers:
+            if not (ports and ports <= api_ports):
+                yield f"egress[{i}] has no to: it reaches every address"
+            continue
+        for j, peer in enumerate(peers):
+            block = get(peer, "ipBlock")
+            if not is_map(block):
+                continue
+            try:
+                net = ipaddress.ip_network(str(get(block, "cidr")), strict=False)
+                kept = [ipaddress.ip_network(str(e), strict=False)
+                        for e in get(block, "except") or ()]
+            except ValueError:
+                continue
+            if ports and ports <= api_ports:
+                continue
+            if not kept and net.prefixlen < MIN_ADMIN_PREFIX:
+                yield (f"egress[{i}].to[{j}] {net} excepts nothing: the administrators' "
+                       "networks included")
+                continue
+            for a in admin:
+                if (a.version == net.version and a.overlaps(net)
+                        and not any(a.version == k.version
+                                    and a.subnet_of(k)  # type: ignore[arg-type]
+                                    for k in kept)):
+                    yield (f"egress[{i}].to[{j}] {net} reaches the administrators' network "
+                           f"{a} on {sorted(ports) or 'every port'}")
+
+
+@stack_rule(
+    "workloads-off-admin-networks",
+    "Workloads reaching the administrators' networks: every namespace with GPU workloads "
+    "limits egress, and nothing but the API server's port on the management and BMC networks",
+    MANDATORY,
+)
+def workloads_off_admin_networks(args: StackValidationArgs, report: Report) -> None:
+    """The management network carries the hosts' SSH, the kubelets, etcd and the switches'
+    CLIs, the BMC network every machine's power and console: a tenant pod that reaches them can
+    try every password and every unpatched BMC. Pods need only the API server there.
+    Config: adminNetworks (CIDRs; default: those excepted by the stack's own egress policies),
+    apiPorts (default [6443])."""
+    resources = site_resources(args.resources)
+    policies = [r for r in resources if r.resource_type == _NETPOL
+                and "Egress" in (get(r.props, "spec", "policyTypes") or ())]
+    api_ports = {int(p) for p in config(args, "apiPorts", [6443])}
+    named = config(args, "adminNetworks", None)
+    if named is None:  # what the stack itself keeps pods off
+        named = sorted({str(e) for r in policies for rule in get(r.props, "spec", "egress") or ()
+                        for peer in get(rule, "to") or ()
+                        for e in get(peer, "ipBlock", "except") or ()})
+    admin = [ipaddress.ip_network(str(c), strict=False) for c in named]
+    limited = {namespace_of(r.props) for r in policies
+               if get(r.props, "spec", "podSelector") == {} or not get(r.props, "spec",
+                                                                       "podSelector")}
+    seen: set[str] = set()
+    for r in resources:
+        user = r.resource_type in TRAINING_JOB_TYPES or (r.resource_type in SERVING_TYPES and any(
+            container_gpus(c) for _, c in containers(r.resource_type, r.props)))
+        ns = namespace_of(r.props)
+        if user and ns not in limited and ns not in seen:
+            seen.add(ns)
+            report(f"namespace {ns!r} runs GPU workloads with no egress policy for all its pods: "
+                   "they reach the management and BMC networks", r.urn)
+    for r in policies:
+        for why in _egress_holes(r.props, admin, api_ports):
+            report(f"{namespace_of(r.props)}/{get(r.props, 'metadata', 'name')}: {why}", r.urn)

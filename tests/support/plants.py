@@ -184,6 +184,12 @@ def grafana_literal_password(project: Path) -> None:
              '"grafana": {"enabled": True, "adminPassword": "Grafana-h100-2024"},')
 
 
+def pods_reach_the_management_network(project: Path) -> None:
+    """The workload namespaces' egress no longer excepts the management and BMC networks."""
+    _replace(project, "components/planning/platform.py",
+             '"except": admin_networks(cluster)', '"except": []')
+
+
 PLANTS: dict[str, Callable[[Path], None]] = {
     "old_vllm_from_mirror": old_vllm_from_mirror,
     "host_firewall_off": host_firewall_off,
@@ -204,4 +210,5 @@ PLANTS: dict[str, Callable[[Path], None]] = {
     "approver_accepts_any_ip": approver_accepts_any_ip,
     "vllm_as_root": vllm_as_root,
     "viewers_cluster_admin": viewers_cluster_admin,
+    "pods_reach_the_management_network": pods_reach_the_management_network,
 }
