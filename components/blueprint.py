@@ -249,7 +249,8 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
                   for h in cluster.control_plane[1:]} if core else {}
     identities = {h.hostname: kubeadm.identities_script(cluster, h)
                   for h in cluster.control_plane} if core else {}
-    reboots = {n.hostname: _planned_reboot(n) for n in nodes}
+    reboots = {n.hostname: _planned_reboot(n, cluster.kubernetes.gang_wait_minutes * 60)
+               for n in nodes}
     kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
     kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
         cluster_name=cluster.name,
@@ -419,11 +420,12 @@ def _upgrade_artifacts(up: KubernetesUpgrade) -> dict[str, str]:
     return files
 
 
-def _planned_reboot(node: GpuNode) -> PlannedReboot:
+def _planned_reboot(node: GpuNode, gang_wait_s: int) -> PlannedReboot:
     host = node.hostname
     return PlannedReboot(
         fingerprint=reboot.boot_fingerprint(node), check=reboot.check_script(node),
-        drain=reboot.drain_script(host), reboot=reboot.reboot_script(node),
+        drain=reboot.drain_script(host, gang_wait_s),
+        reboot=reboot.reboot_script(node),
         after_boot=reboot.after_boot_script(node), uncordon=reboot.uncordon_script(host))
 
 

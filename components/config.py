@@ -196,6 +196,9 @@ class Kubernetes(Model):
     # GPU nodes drained and upgraded together in a Kubernetes upgrade, per SU: the SUs upgrade
     # side by side (capacity out at once: this many nodes in every SU).
     upgrade_batch: int = Field(1, ge=1)
+    # How long a drain the stack runs (an upgrade batch, a planned reboot) waits for a running
+    # gang job that spans the drained nodes and others, before `pulumi up` fails naming it.
+    gang_wait_minutes: int = Field(30, ge=0, le=720)
     kubelet: Kubelet = Kubelet()
     encryption_at_rest: bool = True
     kms: Kms | None = None  # unset: a local secretbox key, generated on the first control plane

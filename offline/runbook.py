@@ -254,14 +254,23 @@ def _lane_order(lanes: Mapping[str, list[list[str]]]) -> str:
         f"; … ({len(lanes)} SUs)" if len(lanes) > len(shown) else "")
 
 
+_GANG_WAIT = re.compile(r"^GANG_WAIT_S=(\d+)$", re.M)
+
+
+def _gang_wait(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """How long a drain waits for a gang job, as the rendered drain scripts say."""
+    for urn, inputs in (new_inputs or {}).items():
+        if urn.endswith("-upgrade-drain") and (m := _GANG_WAIT.search(str(inputs.get("create",
+                                                                                      "")))):
+            return f"{int(m.group(1)) // 60} min (kubernetes.gangWaitMinutes)"
+    return "kubernetes.gangWaitMinutes"
+
+
 def _upgrade_steps(old: str, new: str, pkg: str,
                    new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """What `pulumi up` runs, in kubeadm's order (components/planning/upgrade.py): the first
     control plane (`upgrade apply`), the others (`upgrade node`), then the GPU nodes in
     batches, each drained; kubeadm before kubelet and kubectl; one minor at a time."""
-    # Imported here: the program's own `components` package is the first this process imports.
-    from components.planning.upgrade import GANG_WAIT_S
-
     o = [int(x) for x in old.split(".")]
     if upgrade_refused(old, new):
         return [f"REFUSED Kubernetes {old} -> {new}: kubeadm upgrades one minor version at a time "
@@ -278,9 +287,10 @@ def _upgrade_steps(old: str, new: str, pkg: str,
     steps = [
         f"Kubernetes upgrade {old} -> {new} (packages {pkg}): `pulumi up` runs kubeadm's "
         "upgrade, in this order; every step is a no-op where a host already runs the target. "
-        "Before the window, let long gang jobs reach a checkpoint or suspend them (vcctl job "
-        "suspend), or raise kubernetes.upgradeBatch to cover their nodes, so no batch waits "
-        "on them",
+        "Before the window, let long gang jobs reach a checkpoint or suspend them (a Kubeflow "
+        "job: `kubectl patch <pytorchjob|mpijob> <job> --type=merge -p "
+        "'{\"spec\":{\"runPolicy\":{\"suspend\":true}}}'`), or raise "
+        "kubernetes.upgradeBatch to cover their nodes, so no batch waits on them",
         f"kubeadm upgrade apply -y v{new} on {first} (its kubeadm package first, then "
         f"`kubeadm upgrade plan`); {first} is then drained for its kubelet and kubectl and "
         "uncordoned",
@@ -294,8 +304,9 @@ def _upgrade_steps(old: str, new: str, pkg: str,
             f"{_lane_order(lanes)}. Each "
             "is drained from the control plane (PodDisruptionBudgets hold an eviction back; "
             "a running gang job on the batch and other nodes is waited for, up to "
-            f"{GANG_WAIT_S // 3600} h, never split), gets kubeadm upgrade node and its kubelet and "
-            f"kubectl, and is uncordoned once its kubelet reports v{new}")
+            f"{_gang_wait(new_inputs)}, never split: then `pulumi up` fails naming it), gets "
+            f"kubeadm upgrade node and its kubelet and kubectl, and is uncordoned once its "
+            f"kubelet reports v{new}")
     return steps
 
 

@@ -154,8 +154,12 @@ SCENARIOS: dict[str, Scenario] = {
                 "plane, then the GPU nodes one at a time, each drained",
                 "  nodes drained: 9 (gpu-node-00 … mgmt-01), each in turn for the upgrade"),
         not_in_impact=("outage: none expected", "REFUSED"),
-        runbook=("kubeadm upgrade apply -y v1.35.3 on mgmt-01", "the GPU nodes one at a time",
-                 "gpu-node-00, then gpu-node-01")),
+        # A Kubeflow job suspends through runPolicy.suspend; a batch waits a bounded time.
+        runbook=("'{\"spec\":{\"runPolicy\":{\"suspend\":true}}}'",
+                 "kubeadm upgrade apply -y v1.35.3 on mgmt-01", "the GPU nodes one at a time",
+                 "gpu-node-00, then gpu-node-01",
+                 "waited for, up to 30 min (kubernetes.gangWaitMinutes), never split"),
+        not_in_runbook=("vcctl",)),
     "kubernetes-patch-back": Scenario(
         _set("kubernetes.version", "1.35.1"), 4,
         impact=("  Kubernetes 1.35.2 -> 1.35.1: REFUSED, it skips a minor or goes back "

@@ -188,13 +188,19 @@ def test_a_batch_never_splits_a_running_gang_job(sandbox_root: Path) -> None:
     cp = control_plane(sandbox_root, "1.35.2")
     (cp.state / "cluster/kubelet" / NODE).write_text("v1.34.3")
     (cp.state / "cluster/pods").write_text(
-        f"training\tllama-70b-pretrain\t{NODE}\ntraining\tllama-70b-pretrain\tgpu-node-01\n"
-        "inference\t\tgpu-node-01\n")
+        f"training\tllama-70b-pretrain\t{NODE}\tpytorchjob-controller\n"
+        "training\tllama-70b-pretrain\tgpu-node-01\tpytorchjob-controller\n"
+        "inference\t\tgpu-node-01\t\n")
     alone = cp.run(upgrade.drain_script(cluster(), NODE, (NODE,)), timeout=300)
     assert alone.returncode == 1, alone.explain()
     assert "training/llama-70b-pretrain (also on gpu-node-01)" in alone.stderr
+    # A Kubeflow job suspends through runPolicy.suspend (vcctl acts on Volcano Jobs only).
+    assert ("kubectl -n training patch pytorchjob llama-70b-pretrain --type=merge -p "
+            "'{\"spec\":{\"runPolicy\":{\"suspend\":true}}}'") in alone.stderr
+    assert "vcctl" not in alone.stderr
     assert not alone.find("kubectl", "drain")
-    assert len(alone.find("sleep")) == upgrade.GANG_WAIT_S // 60  # it waited, a minute a time
+    # It waited a minute at a time for kubernetes.gangWaitMinutes (30 by default), not hours.
+    assert len(alone.find("sleep")) == 30
     together = cp.run(upgrade.drain_script(cluster(batch=2), NODE, (NODE, "gpu-node-01")))
     assert together.returncode == 0 and together.find("kubectl", "drain", NODE), \
         together.explain()

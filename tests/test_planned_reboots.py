@@ -41,9 +41,14 @@ def control_plane(tmp_path: Path, *members: str) -> Sandbox:
     return sb
 
 
-def drain(cp: Sandbox, node: str, verdict: str) -> Run:
+# kubernetes.gangWaitMinutes' default, as the stack renders it.
+GANG_WAIT_S = 30 * 60
+
+
+def drain(cp: Sandbox, node: str, verdict: str, timeout: float = 120) -> Run:
     """The drain as `pulumi up` runs it: the script with the check's verdict as argument."""
-    return cp.run(f"set -- {verdict}\n" + reboot.drain_script(node))
+    return cp.run(f"set -- {verdict}\n" + reboot.drain_script(node, GANG_WAIT_S),
+                  timeout=timeout)
 
 
 def lock(cp: Sandbox) -> dict[str, str] | None:
@@ -112,6 +117,34 @@ def test_one_member_at_a_time(tmp_path: Path) -> None:
     assert lock(cp) == {"holder": "gpu-node-01", "cordoned": "false"}
     # The holder re-entering (a retried `pulumi up`) does not wait for itself.
     ok(drain(cp, "gpu-node-01", "reboot"))
+
+
+# A 2-node PyTorchJob's pods as the API lists them: namespace, PodGroup (Volcano's
+# scheduling.k8s.io/group-name), node, the Training Operator that owns it.
+GANG = ("training\tllama-70b-pretrain\tgpu-node-00\tpytorchjob-controller\n"
+        "training\tllama-70b-pretrain\tgpu-node-01\tpytorchjob-controller\n")
+SUSPEND = ("kubectl -n training patch pytorchjob llama-70b-pretrain --type=merge -p "
+           "'{\"spec\":{\"runPolicy\":{\"suspend\":true}}}'")
+
+
+@pytest.mark.slow
+def test_a_planned_reboot_never_splits_a_running_gang(tmp_path: Path) -> None:
+    """Draining gpu-node-00 would evict one rank of a job that also runs on gpu-node-01 (the
+    whole job restarts): the drain waits, a minute at a time, up to kubernetes.gangWaitMinutes,
+    then fails naming the job and how to suspend it from its checkpoint, undrained and with the
+    lock released for the next member."""
+    cp = control_plane(tmp_path, "gpu-node-00", "gpu-node-01")
+    (cp.state / "cluster/pods").write_text(GANG)
+    run = drain(cp, "gpu-node-00", "reboot", timeout=300)
+    assert run.returncode == 1, run.explain()
+    assert "training/llama-70b-pretrain (also on gpu-node-01)" in run.stderr
+    assert SUSPEND in run.stderr and "kubernetes.gangWaitMinutes" in run.stderr
+    assert len(run.find("sleep")) == GANG_WAIT_S // 60
+    assert run.find("kubectl", "drain") == [] and node_verbs(cp, "gpu-node-00") == []
+    assert lock(cp) is None
+    # The job alone on the node (or finished elsewhere) is no split: the drain goes on.
+    (cp.state / "cluster/pods").write_text(GANG.splitlines()[0] + "\n")
+    ok(drain(cp, "gpu-node-00", "reboot"))
 
 
 @pytest.mark.slow

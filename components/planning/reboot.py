@@ -67,12 +67,14 @@ def after_boot_script(node: GpuNode) -> str:
                         netdevs=" ".join(r.netdev for r in node.rails))
 
 
-def drain_script(node: str) -> str:
+def drain_script(node: str, gang_wait_s: int) -> str:
     """On the control plane, with the node's check verdict as its argument (`reboot` when it
-    printed REBOOT_REQUIRED): a member takes the lock (one member rebooting at a time) and is
-    drained; anything else is left alone."""
+    printed REBOOT_REQUIRED): a member takes the lock (one member rebooting at a time), waits
+    up to `gang_wait_s` for gang jobs it shares with other nodes (evicting one rank restarts
+    the job), and is drained; anything else is left alone."""
     return template("reboot/drain.sh", title="Drain before the planned reboot", node=node,
-                    lock=LOCK, lock_wait_s=LOCK_WAIT_S, drain_timeout=DRAIN_TIMEOUT)
+                    lock=LOCK, lock_wait_s=LOCK_WAIT_S, drain_timeout=DRAIN_TIMEOUT,
+                    gang_wait_s=gang_wait_s)
 
 
 def uncordon_script(node: str) -> str:

@@ -27,7 +27,6 @@ from components.planning.host_scripts import kube_pkg_version
 from components.planning.script_files import body, template
 
 DRAIN_TIMEOUT = "30m"
-GANG_WAIT_S = 6 * 3600  # a batch waits this long for a gang job that spans other nodes
 # Node annotation: whether the node was cordoned before the upgrade drained it.
 CORDONED = "gpucluster.io/cordoned-before-upgrade"
 APISERVER_MANIFEST = "/etc/kubernetes/manifests/kube-apiserver.yaml"
@@ -70,7 +69,7 @@ def drain_script(cluster: Cluster, node: str, batch: tuple[str, ...]) -> str:
     nodes (evicting one worker would restart the whole job), then drain."""
     return _script("drain", f"Drain of {node} for the Kubernetes upgrade", node, cluster,
                    admin=True, target=True, cordon=True, batch=" ".join(batch),
-                   gang_wait_s=GANG_WAIT_S)
+                   gang_wait_s=cluster.kubernetes.gang_wait_minutes * 60)
 
 
 def node_script(cluster: Cluster, node: str) -> str:

@@ -563,7 +563,8 @@ if [ "${1-}" = configmap ]; then
 fi
 # The API server's version; kubelet versions ($S/cluster/kubelet/<node>); node annotations
 # ($S/cluster/annotations/<node>/<key>); running pods ($S/cluster/pods: namespace, gang (Volcano's
-# group-name annotation) and node, tab-separated).
+# group-name annotation), node and the Training Operator owning it (its operator-name label),
+# tab-separated).
 A=$S/cluster/annotations
 case "$verb ${1-}" in
   "get --raw")
@@ -1429,7 +1430,8 @@ def prod_scripts() -> dict[str, str]:
     for n in cluster.nodes:
         h = n.hostname
         scripts |= {f"{h}/planned-reboot/1-check.sh": reboot.check_script(n),
-                    f"{h}/planned-reboot/2-drain.sh": reboot.drain_script(h),
+                    f"{h}/planned-reboot/2-drain.sh": reboot.drain_script(
+                        h, cluster.kubernetes.gang_wait_minutes * 60),
                     f"{h}/planned-reboot/3-reboot.sh": reboot.reboot_script(n),
                     f"{h}/planned-reboot/4-after-boot.sh": reboot.after_boot_script(n),
                     f"{h}/planned-reboot/5-uncordon.sh": reboot.uncordon_script(h)}

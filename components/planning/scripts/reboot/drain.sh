@@ -35,4 +35,12 @@ until [ "$(holder)" = "$NODE" ] || kubectl -n kube-system create configmap "$LOC
   echo "$NODE: waiting for $(holder)'s reboot (one member at a time)"
   sleep 30; waited=$((waited + 30))
 done
+log() { echo "$NODE: $*"; }
+# shellcheck disable=SC2034  # read by drain/gangs.sh, included below
+GANG_WAIT_S=@gang_wait_s@
+# include: ../drain/gangs.sh
+if ! wait_for_gangs "$NODE"; then
+  kubectl -n kube-system delete configmap "$LOCK" --ignore-not-found >/dev/null
+  exit 1
+fi
 kubectl drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout=@drain_timeout@
