@@ -386,6 +386,22 @@ def _driver_pinned(c: Cluster) -> Iterator[Problem]:
                       '"580.95.05"')
 
 
+def _gpudirect_storage(c: Cluster) -> Iterator[Problem]:
+    """GPUDirect Storage needs a filesystem nvidia-fs serves: XFS or ext4 on local NVMe (the
+    scratch array), NFS over RDMA, or a vendor's RDMA filesystem (DDN EXAScaler, WekaFS, VAST,
+    IBM Spectrum Scale, BeeGFS: nvidia-fs 2.30, "Key Features"). The stack's shared filesystem
+    is the community Lustre client, which is not among them, so GDS serves the scratch array or
+    nothing."""
+    if c.platform.gpu_operator.gpudirect_storage and c.gpu_nodes.template.data_drives is None:
+        yield Problem("platform.gpuOperator.gpudirectStorage", True,
+                      "has no filesystem to serve: nvidia-fs supports XFS or ext4 on local NVMe "
+                      "and vendors' RDMA filesystems (DDN EXAScaler, WekaFS, VAST, Spectrum "
+                      "Scale, BeeGFS), not the community Lustre client the stack mounts, and the "
+                      "GPU nodes have no scratch array (gpuNodes.template.dataDrives)",
+                      "set gpudirectStorage: false, or give the GPU nodes their NVMe scratch "
+                      "array (dataDrives)")
+
+
 def _capacity(c: Cluster) -> Iterator[Problem]:
     """Training and serving at their maximum fit the nodes in service."""
     yield from _capacity_problems(c, len(c.in_service_nodes))
@@ -678,6 +694,7 @@ CHECKS: dict[str, Check] = {
     "training-jobs": _training_jobs,
     "checkpoints": _checkpoint_problems,
     "driver-pinned": _driver_pinned,
+    "gpudirect-storage": _gpudirect_storage,
     "training-script": _script_problems,
     "capacity": _capacity,
     "nccl-test": _nccl_test,

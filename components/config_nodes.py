@@ -61,7 +61,9 @@ class NodeTemplate(Model):
     kernel_args: tuple[KernelArg, ...] = GPU_NODE_KERNEL_ARGS
     link_gbps: Literal[400] = 400
     memory_gib: int = Field(2048, ge=64)
-    cpu_cores: int = Field(192, ge=8)
+    # The logical CPUs the kubelet counts: DGX H100's two Xeon Platinum 8480C, 56 cores each
+    # (112 in all, NVIDIA's DGX H100 specifications), two threads per core.
+    cpu_cores: int = Field(224, ge=8)
     # The local NVMe drives the scratch RAID0 is made of; None: no scratch array.
     data_drives: DataDrives | None = None
     # Retired (kernel names are not identities): rejected with the fix, never ignored.

@@ -329,6 +329,10 @@ BAD_INPUTS = [
         "network.loadBalancerCidr", ("10.10.5.0/24",), ("overlaps network.managementCidr",)),
     bad("ingress-pool-descending", setting("network.ingressPool", ["10.12.0.250", "10.12.0.240"]),
         "network.ingressPool", ("10.12.0.250",), ("ascending",)),
+    # nvidia-fs serves local NVMe and vendors' RDMA filesystems, not the community Lustre client.
+    bad("gpudirect-storage-without-a-filesystem-it-serves",
+        setting("gpuNodes.template.dataDrives", None),
+        "platform.gpuOperator.gpudirectStorage", ("True",), ("community Lustre client",)),
     # Images and versions.
     bad("vllm-before-its-security-fixes", setting(f"{INFER}.image", "vllm/vllm-openai:v0.31.0"),
         f"{INFER}.image", ("v0.31.0",), ("v0.32.0 or later",)),

@@ -81,6 +81,9 @@ def test_the_planned_nodes_are_tainted_as_kubeadm_and_the_stack_taint_them() -> 
     gpu0 = next(n for n in planned() if n.name == "gpu-node-00")
     assert gpu0.allocatable["nvidia.com/gpu"] == "8" and gpu0.allocatable["rdma/ib"] == "63"
     assert gpu0.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    # DGX H100: two Xeon Platinum 8480C, 56 cores each with two threads (224 logical CPUs the
+    # kubelet reports), less the kubelet's system and kube reservations (4 + 4).
+    assert gpu0.allocatable["cpu"] == str(2 * 56 * 2 - 4 - 4)
 
 
 def _pod_specs(obj: dict) -> list[dict]:
