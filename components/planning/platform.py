@@ -507,15 +507,14 @@ def _unset_or(ctx: str, field: str, test: str) -> str:
     return f"!(has({ctx}) && has({ctx}.{field})) || " + test.format(f"{ctx}.{field}")
 
 
-def rdma_pod_policy(cluster: Cluster) -> list[dict]:
-    """A ValidatingAdmissionPolicy (built in, GA in 1.30) and its binding to the training
-    namespaces: baseline, plus IPC_LOCK and the scratch hostPath, nothing else."""
+def _rdma_baseline_checks(cluster: Cluster) -> list[tuple[str, str]]:
+    """(CEL expression, message) of every baseline check, with RDMA's two exceptions."""
     sc = "c.securityContext"
     pod = "object.spec.securityContext"
     caps = _cel_list([*BASELINE_CAPABILITIES, "IPC_LOCK"])
     scratch = cluster.storage.scratch.mount_point
     apparmor = _cel_list(APPARMOR_TYPES)
-    checks = [
+    return [
         ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && "
          "!(has(object.spec.hostPID) && object.spec.hostPID) && "
          "!(has(object.spec.hostIPC) && object.spec.hostIPC)",
@@ -562,6 +561,12 @@ def rdma_pod_policy(cluster: Cluster) -> list[dict]:
                                   "lifecycle.postStart", "lifecycle.preStop")) + ")",
          "probes and lifecycle handlers may not name a host"),
     ]
+
+
+def rdma_pod_policy(cluster: Cluster) -> list[dict]:
+    """A ValidatingAdmissionPolicy (built in, GA in 1.30) and its binding to the training
+    namespaces: baseline, plus IPC_LOCK and the scratch hostPath, nothing else."""
+    checks = _rdma_baseline_checks(cluster)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": RDMA_POLICY},
