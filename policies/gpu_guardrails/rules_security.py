@@ -600,6 +600,12 @@ def _egress_holes(policy: Any, admin: list[ipaddress.IPv4Network | ipaddress.IPv
                            f"{a} on {sorted(ports) or 'every port'}")
 
 
+def _selects_every_pod(selector: Any) -> bool:
+    """An empty podSelector (`{}`, however the engine hands it over) selects every pod."""
+    return selector is None or (is_map(selector) and not get(selector, "matchLabels")
+                                and not get(selector, "matchExpressions"))
+
+
 @stack_rule(
     "workloads-off-admin-networks",
     "Workloads reaching the administrators' networks: every namespace with GPU workloads "
@@ -623,12 +629,12 @@ def workloads_off_admin_networks(args: StackValidationArgs, report: Report) -> N
                         for e in get(peer, "ipBlock", "except") or ()})
     admin = [ipaddress.ip_network(str(c), strict=False) for c in named]
     limited = {namespace_of(r.props) for r in policies
-               if get(r.props, "spec", "podSelector") == {} or not get(r.props, "spec",
-                                                                       "podSelector")}
+               if _selects_every_pod(get(r.props, "spec", "podSelector"))}
     seen: set[str] = set()
     for r in resources:
-        user = r.resource_type in TRAINING_JOB_TYPES or (r.resource_type in SERVING_TYPES and any(
-            container_gpus(c) for _, c in containers(r.resource_type, r.props)))
+        # Judged where the objects are known: a first engine preview has no outputs yet.
+        user = r.resource_type in (*TRAINING_JOB_TYPES, *SERVING_TYPES) and any(
+            container_gpus(c) for _, c in containers(r.resource_type, r.props))
         ns = namespace_of(r.props)
         if user and ns not in limited and ns not in seen:
             seen.add(ns)
