@@ -221,8 +221,12 @@ func (srv *server) finish(h *host, ch ssh.Channel, r *run, cmd *exec.Cmd,
 	rec.End = time.Now().UTC()
 	rec.StdinBytes = stdinBytes.Load()
 	srv.writeLog(h, rec)
-	ch.CloseWrite()
+	// The exit status before EOF: a client may close the channel as soon as it has EOF (an
+	// OpenSSH ControlMaster does, for a multiplexed session whose stdin has ended), and once
+	// it has, x/crypto/ssh answers the close and sends nothing more on the channel: the
+	// multiplexed client would exit 255 with its output complete.
 	ch.SendRequest(req, false, payload)
+	ch.CloseWrite()
 	ch.Close()
 }
 
