@@ -386,8 +386,10 @@ class NcclTest(Model):
     image: PinnedImage
     # Fraction of what the rails deliver to a Ring all-reduce (rails x 46 GB/s on NDR, the low
     # end of NCCL's maintainers' 46-48 GB/s per NIC; docs/acceptance.md) the bus bandwidth
-    # must reach. 1.0: the floor is the quoted figure itself (368 GB/s on 8 rails).
-    min_efficiency: float = Field(1.0, gt=0, le=1)
+    # must reach. 0.97: 357 GB/s on 8 rails, 3 % under the healthy band's bottom (368) so a
+    # healthy node's run-to-run noise passes, and above the 346.5 GB/s seven rails give at
+    # the band's top (7 x 396 / 8), so a node that lost a rail still fails.
+    min_efficiency: float = Field(0.97, gt=0, le=1)
     nodes: int | None = Field(None, ge=1)  # default: every GPU node
     # Message sizes (nccl-tests suffixes, powers of 1024); busbw is judged at >= 1 GiB.
     min_bytes: Literal["8", "1M", "128M", "512M", "1G"] = "1M"

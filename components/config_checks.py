@@ -444,10 +444,11 @@ def _inference_services(c: Cluster) -> Iterator[Problem]:
         if w is None or w.purpose != "model-weights":
             yield Problem(f"{path}.weights", s.weights, "is not a storage.lustre model-weights "
                           "file system", "name a storage.lustre entry with purpose: model-weights")
-        if s.tensor_parallel != s.gpus_per_pod:
+        if s.gpus_per_pod % s.tensor_parallel:
             yield Problem(f"{path}.tensorParallel", s.tensor_parallel,
-                          f"differs from gpusPerPod {s.gpus_per_pod}",
-                          "vLLM shards the model over exactly the pod's GPUs: make them equal")
+                          f"does not divide gpusPerPod {s.gpus_per_pod}",
+                          "vLLM runs gpusPerPod / tensorParallel engines of tensorParallel GPUs "
+                          "each in the pod: pick a tensorParallel that divides gpusPerPod")
         a = s.autoscaling
         if a.min_replicas > a.max_replicas:
             yield Problem(f"{path}.autoscaling.minReplicas", a.min_replicas,
@@ -459,6 +460,14 @@ def _inference_services(c: Cluster) -> Iterator[Problem]:
         if s.gpus_per_pod > gpus:
             yield Problem(f"{path}.gpusPerPod", s.gpus_per_pod, f"nodes have {gpus} GPUs",
                           f"use at most {gpus} GPUs per pod")
+        elif s.gpus_per_pod < gpus:
+            # One replica per node (anti-affinity), and training and the NCCL test take whole
+            # nodes: nothing else would ever use the rest of a serving node's GPUs.
+            yield Problem(f"{path}.gpusPerPod", s.gpus_per_pod,
+                          f"one replica per node leaves {gpus - s.gpus_per_pod} of each "
+                          f"serving node's {gpus} GPUs idle",
+                          f"set gpusPerPod to {gpus}: vLLM then serves with {gpus} GPUs / "
+                          "tensorParallel engines side by side in the pod (data parallel)")
         if a.max_replicas * s.gpus_per_pod > c.total_gpus:
             yield Problem(f"{path}.autoscaling.maxReplicas", a.max_replicas,
                           f"{a.max_replicas} x {s.gpus_per_pod} GPUs exceeds the cluster's "

@@ -411,11 +411,11 @@ def test_the_hpa_metric_is_served_by_the_adapter(build):
 
 def test_each_queue_holds_exactly_the_gangs_it_must_run(build):
     """Volcano's proportion plugin admits a PodGroup only within its queue's capability: the
-    training queue holds the 4-node job (32 GPUs), serving its 3 replicas x 4 GPUs, and the
+    training queue holds the 4-node job (32 GPUs), serving its 3 whole-node replicas, and the
     acceptance queue the NCCL test over all 8 nodes (64 GPUs; it runs alone, first)."""
     queues = {q["metadata"]["name"]: q["spec"] for q in of_kind(build, "Queue")}
     assert {k: v["capability"] for k, v in queues.items()} == {
-        "training": {"nvidia.com/gpu": "32"}, "inference": {"nvidia.com/gpu": "12"},
+        "training": {"nvidia.com/gpu": "32"}, "inference": {"nvidia.com/gpu": "24"},
         "acceptance": {"nvidia.com/gpu": "64"}}
     for job in of_kind(build, "PyTorchJob") + of_kind(build, "MPIJob"):
         assert job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] in queues

@@ -325,8 +325,9 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "gang-fits-queue": (
         QUEUE, lambda p: p["spec"]["capability"].update({"nvidia.com/gpu": "24"}),
         lambda p: p["spec"]["capability"].update({"nvidia.com/gpu": "40"})),
+    # Unbounded; 40 container restarts of the 4-node PyTorchJob are 10 restarts of its gang.
     "training-backoff-bounded": (TRAIN, lambda p: p["spec"]["runPolicy"].pop("backoffLimit"),
-                                 lambda p: p["spec"]["runPolicy"].update(backoffLimit=10)),
+                                 lambda p: p["spec"]["runPolicy"].update(backoffLimit=40)),
     "inference-probes": (DEPLOY, lambda p: vllm(p).pop("startupProbe"),
                          lambda p: vllm(p).update(startupProbe={"exec": {"command": ["true"]}})),
     "inference-pdb": (PDB, lambda p: p["spec"]["selector"].update(matchLabels={"app": "other"}),
@@ -334,11 +335,13 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
                           minAvailable=1)),
     "inference-hpa-min-replicas": (HPA, lambda p: p["spec"].update(minReplicas=1),
                                    lambda p: p["spec"].update(minReplicas=2, maxReplicas=2)),
-    "vllm-tp-equals-gpus": (
+    # Two engines of 8 GPUs in an 8-GPU pod; the sizes given as separate arguments are fine.
+    "vllm-engines-fill-the-gpus": (
         DEPLOY, lambda p: vllm(p).update(args=[a.replace("size=4", "size=8")
                                                for a in vllm(p)["args"]]),
         lambda p: vllm(p).update(args=[x for a in vllm(p)["args"] for x in (
-            a.split("=") if a.startswith("--tensor-parallel-size") else [a])])),
+            a.split("=") if a.startswith(("--tensor-parallel-size", "--data-parallel-size"))
+            else [a])])),
     # A key typed into the spec is no Secret; a key from another Secret is fine.
     "inference-api-key": (
         DEPLOY, lambda p: set_env(vllm(p), "VLLM_API_KEY", "sk-typed-into-the-spec"),

@@ -186,6 +186,22 @@ def test_a_failed_rank_restarts_the_whole_torchrun_gang():
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
 
 
+def test_the_restart_budget_counts_gang_restarts_not_container_restarts():
+    """The Training Operator fails a job once the restart counts of its running pods'
+    containers add up to runPolicy.backoffLimit (PastBackoffLimit in training-operator
+    v1.8/v1.9 pkg/controller.v1/common); when worker 0, which hosts the c10d store, restarts,
+    every other worker's torchrun agent loses the store and exits too. backoffLimit 3 must
+    survive three such restarts of the 4-node job: 12 container restarts, not 3 (which would
+    fail the job on worker 0's first restart)."""
+    c = prod()
+    job = c.workloads.training[0]
+    assert (job.nodes, job.backoff_limit) == (4, 3)
+    run = training.pytorchjob(c, job)["spec"]["runPolicy"]
+    assert run["backoffLimit"] == 12
+    # torchrun's own restarts of the rank processes (inside the containers) stay at 3.
+    assert training.pytorchjob(c, job)["spec"]["elasticPolicy"]["maxRestarts"] == 3
+
+
 def test_topology_constraint_is_the_tier1_hypernode():
     """The SU label the pods are packed by is, node by node, the tier-1 HyperNode the fabric
     plan puts the node in."""
@@ -233,7 +249,7 @@ def test_nccl_test_spans_every_gpu_node():
     assert test["spec"]["runPolicy"]["suspend"] is True
     script = acceptance.nccl_gate_script(c, c.workloads.nccl_test)
     # 8 rails x 46 GB/s per NDR rail (Ring all-reduce busbw, docs/acceptance.md) x 1.0.
-    assert "rails=8 floor=368.0" in script
+    assert "rails=8 floor=357.0" in script
     # Every GPU node the stack plans, with its SU (prod's eight are one SU).
     assert "--gpu-nodes " + ",".join(f"gpu-node-{i:02d}=su1" for i in range(8)) + " \\\n" \
         in script
@@ -333,9 +349,12 @@ def test_vllm_deployment():
     d = _inference()["Deployment"]
     pod = d["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
+    # A whole DGX node per replica (one replica per node): two engines of 4 GPUs each
+    # (vLLM's data parallel deployment), none of the node's 8 GPUs idle.
     assert "--tensor-parallel-size=4" in ctr["args"]
+    assert "--data-parallel-size=2" in ctr["args"]
     assert ctr["resources"]["requests"] == ctr["resources"]["limits"]
-    assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "8"
     # vLLM's auth middleware guards the /v1 routes; a probe has no key, so every probe asks
     # /health (open, and 200 only once the engine is up).
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -80,6 +80,13 @@ def inference_objects(cluster: Cluster, svc: InferenceService) -> list[dict]:
             _pod_monitor(svc, labels), _autoscaler(svc, labels)]
 
 
+def _data_parallel(svc: InferenceService) -> list[str]:
+    """A pod wider than one engine runs several, each of tensorParallel GPUs, behind vLLM's
+    one API server, which balances requests between them (vLLM's data parallel deployment)."""
+    engines = svc.gpus_per_pod // svc.tensor_parallel
+    return [f"--data-parallel-size={engines}"] if engines > 1 else []
+
+
 def _container(svc: InferenceService) -> dict:
     """vLLM's OpenAI server, non-root, probed on /health, the weights mounted read-only."""
     res = {"nvidia.com/gpu": str(svc.gpus_per_pod), "cpu": str(svc.cpu), "memory": svc.memory}
@@ -90,6 +97,7 @@ def _container(svc: InferenceService) -> dict:
             f"--model={svc.model_path}",
             f"--served-model-name={svc.served_model_name}",
             f"--tensor-parallel-size={svc.tensor_parallel}",
+            *_data_parallel(svc),
             f"--max-model-len={svc.max_model_len}",
             f"--gpu-memory-utilization={svc.gpu_memory_utilization}",
             "--dtype=bfloat16",

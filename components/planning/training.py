@@ -64,6 +64,16 @@ def _training_template(cluster: Cluster, job: TrainingJob, container: dict) -> d
     }
 
 
+def gang_restarts_budget(job: TrainingJob) -> int:
+    """runPolicy.backoffLimit for `backoffLimit` restarts of the whole gang. The Training
+    Operator fails a job once the restarts of its running pods' containers add up to the
+    limit (PastBackoffLimit, pkg/controller.v1/common), and one restart of the gang restarts
+    every worker: the c10d store lives in worker 0's torchrun agent, so when worker 0 goes
+    every other agent loses it and exits, and an agent that gives up takes the group down.
+    A limit of `backoffLimit` alone would fail a 4-node job on worker 0's first restart."""
+    return job.backoff_limit * job.nodes
+
+
 def pytorchjob(cluster: Cluster, job: TrainingJob) -> dict:
     container = {
         "name": "pytorch",  # the Training Operator looks for this container name
@@ -85,7 +95,7 @@ def pytorchjob(cluster: Cluster, job: TrainingJob) -> dict:
     min_nodes = job.elastic_min_nodes or job.nodes
     spec: dict[str, Any] = {
         "nprocPerNode": str(job.gpus_per_node),
-        "runPolicy": run_policy(job.backoff_limit, min_nodes),
+        "runPolicy": run_policy(gang_restarts_budget(job), min_nodes),
         "elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": min_nodes,
                           "maxReplicas": job.nodes, "maxRestarts": job.backoff_limit},
         "pytorchReplicaSpecs": {"Worker": {"replicas": job.nodes, "restartPolicy": "OnFailure",

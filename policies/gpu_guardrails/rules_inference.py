@@ -6,6 +6,7 @@ Props are what the engine passes: camelCase keys, read-only mappings, numbers as
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -100,34 +101,48 @@ def inference_hpa_min_replicas(args: ResourceValidationArgs, report: Report) -> 
         report(f"spec.maxReplicas {maximum} is below minReplicas {value}")
 
 
-_TP_ARG = re.compile(r"^--tensor-parallel-size(?:=(\d+))?$")
+# vLLM's parallel sizes: an engine spans tensor x pipeline GPUs; data parallel runs that many
+# engines side by side behind the one API server.
+_SIZES = ("tensor", "pipeline", "data")
+_SIZE_ARG = re.compile(r"^--(tensor|pipeline|data)-parallel-size(?:=(\d+))?$")
 
 
-def _tp_size(c: Any) -> int | None:
+def _parallel_sizes(c: Any) -> dict[str, int | None]:
+    """The sizes the container's command line sets (absent: 1; unreadable: None)."""
     items = [a for a in (*(get(c, "command") or ()), *(get(c, "args") or ()))
              if isinstance(a, str)]
+    sizes: dict[str, int | None] = dict.fromkeys(_SIZES, 1)
     for i, a in enumerate(items):
-        m = _TP_ARG.match(a)
+        m = _SIZE_ARG.match(a)
         if m:
-            raw = m.group(1) or (items[i + 1] if i + 1 < len(items) else "")
-            return int(raw) if str(raw).isdigit() else None
-    return None
+            raw = m.group(2) or (items[i + 1] if i + 1 < len(items) else "")
+            sizes[m.group(1)] = int(raw) if str(raw).isdigit() else None
+    return sizes
 
 
 @resource_rule(
-    "vllm-tp-equals-gpus",
-    "An inference server's tensor-parallel size equals the GPUs its container gets",
+    "vllm-engines-fill-the-gpus",
+    "An inference server's engines use exactly the GPUs its container gets",
     MANDATORY,
     (DEPLOYMENT, "kubernetes:apps/v1:StatefulSet"),
 )
-def vllm_tp_equals_gpus(args: ResourceValidationArgs, report: Report) -> None:
-    """vLLM shards the model over --tensor-parallel-size GPUs of the pod: more than it has
-    fails at start-up after the scheduler placed it; fewer leaves paid-for GPUs idle."""
+def vllm_engines_fill_the_gpus(args: ResourceValidationArgs, report: Report) -> None:
+    """vLLM runs --data-parallel-size engines of --tensor-parallel-size x
+    --pipeline-parallel-size GPUs each: more than the pod has fails at start-up after the
+    scheduler placed it; fewer leaves paid-for GPUs idle."""
     for path, c in containers(args.resource_type, args.props):
-        tp = _tp_size(c)
+        if not any(isinstance(a, str) and _SIZE_ARG.match(a)
+                   for a in (*(get(c, "command") or ()), *(get(c, "args") or ()))):
+            continue  # not a vLLM server's command line
+        sizes = _parallel_sizes(c)
         gpus = container_gpus(c)
-        if tp is not None and gpus and tp != gpus:
-            report(f"{path} --tensor-parallel-size={tp} but the container gets {gpus} GPUs")
+        if None in sizes.values() or not gpus:
+            continue
+        used = math.prod(v for v in sizes.values() if v is not None)
+        if used != gpus:
+            shown = " x ".join(f"{k} {v}" for k, v in sizes.items())
+            report(f"{path} runs {used} GPUs of engines ({shown}) but the container gets "
+                   f"{gpus} GPUs")
 
 
 @resource_rule(

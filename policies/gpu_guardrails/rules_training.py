@@ -183,14 +183,21 @@ def gang_fits_queue(args: StackValidationArgs, report: Report) -> None:
 def training_backoff_bounded(args: ResourceValidationArgs, report: Report) -> None:
     """Restart-from-checkpoint is the answer to hardware failures, but a job that crashes on a
     config bug would restart forever and hold every GPU it gang-scheduled. Config: maxBackoff
-    (10)."""
+    (10) restarts of the job. A PyTorchJob's gang restarts together and the Training Operator
+    counts every pod's container restart, so its limit is maxBackoff per pod."""
     maximum = config(args, "maxBackoff", 10)
+    pods = 1
     if args.resource_type == "kubernetes:batch/v1:Job":
         value, path = qty(get(args.props, "spec", "backoffLimit")), "spec.backoffLimit"
     else:
         value = qty(get(args.props, "spec", "runPolicy", "backoffLimit"))
         path = "spec.runPolicy.backoffLimit"
+        if args.resource_type == TRAINING_JOB_TYPES[0]:  # PyTorchJob
+            replicas = [qty(get(r, "replicas")) for r in
+                        (get(args.props, "spec", "pytorchReplicaSpecs") or {}).values()]
+            pods = sum(r for r in replicas if isinstance(r, int) and r > 0) or 1
     if value is None:
         report(f"{path} is not set (unbounded restarts)")
-    elif not isinstance(value, int) or value < 0 or value > maximum:
-        report(f"{path} is {value}; keep it within 0..{maximum}")
+    elif not isinstance(value, int) or value < 0 or value > maximum * pods:
+        per = f" ({maximum} restarts of its {pods} pods)" if pods > 1 else ""
+        report(f"{path} is {value}; keep it within 0..{maximum * pods}{per}")
