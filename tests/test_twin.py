@@ -202,13 +202,19 @@ def test_the_api_server_answers_anonymous_requests_only_where_joins_and_probes_n
 def test_a_queue_below_its_gang_and_stacked_serving_replicas_fail(tmp_path: Path,
                                                                   build: Path) -> None:
     """Two defects put back: the training queue capped below the job's 32-GPU gang (the 56 <
-    64 defect), and the serving Deployment without its anti-affinity (binpack then stacks
-    two 4-GPU replicas on one node)."""
+    64 defect), and the serving Deployment without its anti-affinity, its replicas on 4 GPUs
+    (binpack then stacks two of them on one node)."""
+    def half_node_replicas(d: dict) -> None:
+        spec = d["spec"]["template"]["spec"]
+        spec.pop("affinity")
+        for res in spec["containers"][0]["resources"].values():
+            res["nvidia.com/gpu"] = "4"
+
     def edit(rendering: Path) -> None:
         edit_yaml(rendering / "manifests/cluster/queue-training.yaml",
                   lambda q: q["spec"]["capability"].update({"nvidia.com/gpu": "24"}))
         edit_yaml(rendering / "manifests/inference/deployment-llama-70b.yaml",
-                  lambda d: d["spec"]["template"]["spec"].pop("affinity"))
+                  half_node_replicas)
     res = mutated(tmp_path, build, edit)
     assert res["code"] == 1, res["out"]
     failures = "\n".join(res["report"]["failures"])
