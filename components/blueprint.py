@@ -45,7 +45,12 @@ from components.planning import (
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
-from components.planning.subnet_manager import sm_apply_script, sm_host_files, sm_restart_order
+from components.planning.subnet_manager import (
+    sm_apply_script,
+    sm_host_files,
+    sm_rejoin_script,
+    sm_restart_order,
+)
 from components.platform import Platform, PlatformArgs
 from components.remote import connection
 from components.stack_config import Secrets
@@ -211,9 +216,13 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
     subnet_managers = {}
     for host in order:  # the master is last
         files = sm_host_files(fabric_files, host)
-        script = sm_apply_script(files, sm_of[host].hca, host == order[-1])
+        master = host == order[-1]
+        script = sm_apply_script(files, sm_of[host].hca, master)
         artifacts[f"scripts/{host}/apply-opensm.sh"] = script
-        subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script)
+        rejoin = None if master else sm_rejoin_script(sm_of[host].hca)
+        if rejoin is not None:
+            artifacts[f"scripts/{host}/rejoin-opensm.sh"] = rejoin
+        subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script, rejoin)
     domain = cluster.network.domain
     ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
     switches = {

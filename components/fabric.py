@@ -33,6 +33,7 @@ class SubnetManagerArgs:
     node: BareMetalNode
     files: dict[str, str]  # absolute path on the host -> text
     script: str  # sm_apply_script of the files
+    rejoin_script: str | None = None  # a standby's sm_rejoin_script
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,20 @@ class InfinibandFabric(pulumi.ComponentResource):
                                             depends_on=[sm.node.prepared, *previous]),
             )
             previous = [self.subnet_managers[host]]
+        # A standby an SM_Key change stopped starts again once the master has the new key;
+        # the SM_Key (a secret) is the only trigger, so any other change leaves these alone.
+        sm_key = args.sm_keys[1] if len(args.sm_keys) > 1 else None
+        self.rejoins = {
+            host: remote_command(
+                f"{host}-opensm-rejoin",
+                connection=sm.node.connection,
+                create="sudo bash -s",
+                stdin=sm.rejoin_script,
+                triggers=[pulumi.Output.secret(sm_key)] if sm_key is not None else None,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
+            )
+            for host, sm in args.sm_hosts.items() if sm.rejoin_script is not None
+        }
         self.switches = {
             sw: remote_command(
                 f"{sw}-config",

@@ -123,12 +123,14 @@ def rotation_steps(rotations: list[Rotation]) -> list[str]:
         elif r.secret == "subnet-manager keys":
             steps.append(
                 f"subnet-manager keys rotation ({r.old} -> {r.new}), in a maintenance window: "
-                "`pulumi up` restarts opensm with the new keys, the standby first. Until the "
-                "master restarts the two hold different SM_Keys and ignore each other (the "
-                "standby reports MASTER too and logs M_Key violations: the ports refuse its "
-                "Sets), then the master moves every port to the new M_Key, authenticating with "
-                "the old one from its guid2mkey cache (/var/cache/opensm: keep it). Afterwards "
-                "`sminfo` on each SM host: one MASTER, the others STANDBY")
+                "`pulumi up` stops the standby's opensm (an SM ignores one holding another "
+                "SM_Key, so a standby restarted first would be a second master), restarts the "
+                "master with the new keys (the fabric has no subnet manager for those seconds; "
+                "traffic keeps flowing on the installed routes), then starts the standby, which "
+                "must come back STANDBY (<standby>-opensm-rejoin). The master moves every port "
+                "to the new M_Key, authenticating with the old one from its guid2mkey cache "
+                "(/var/cache/opensm: keep it). Afterwards `sminfo` on each SM host: one MASTER, "
+                "the others STANDBY")
         else:
             device = "switch" if r.secret == "switch password" else "BMC"
             how = ("its CLI: username <fabric.switchUser> password …" if device == "switch"

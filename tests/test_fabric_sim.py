@@ -397,3 +397,60 @@ def test_management_keys_on_the_real_subnet_manager(tmp_path: Path) -> None:
                 assert _wait_state(sim, master, "SMINFO_STANDBY", 60) == "SMINFO_STANDBY"
             finally:
                 sim.stop(peer)
+
+
+def test_an_sm_key_rotation_never_has_two_masters(tmp_path: Path) -> None:
+    """Two real opensm on the prod fabric: sm-01 (priority 15) MASTER and sm-02 (14) STANDBY,
+    both holding the keys. Restarted first with a new SM_Key, as a plain change restarts it,
+    the standby ignores the old-key master (ERR 2F18 on both sides) and makes itself MASTER
+    beside it. The order `pulumi up` takes for a new SM_Key (the standby's apply stops it, the
+    master restarts with the new keys, the standby's rejoin starts it): one MASTER at each
+    step, the standby back as STANDBY."""
+    plan = _prod_plan()
+    write_fabric(plan, tmp_path)
+    sms = {s.hostname: s for s in plan.sm}
+    port = {h: f"{h} {s.hca}" for h, s in sms.items()}
+    new = (KEYS[0], "0x243f6a8885a308d3", KEYS[2])  # a new SM_Key; M_Key and SA_Key kept
+
+    def conf(host: str, keys: tuple[str, ...], tag: str) -> Path:
+        return _keyed_conf(plan, tmp_path / f"{host}-{tag}.conf", keys, sms[host].priority)
+
+    def masters() -> list[str]:
+        return sorted(h for h in sms if sim.sm_state(port[h]) == "SMINFO_MASTER")
+
+    with SimFabric(tmp_path, (tmp_path / "topology.net").read_text(),
+                   sim_host=port["sm-01"]) as sim:
+        procs = {"sm-01": sim.start_opensm(conf("sm-01", KEYS, "old"), port["sm-01"])}
+        try:
+            assert _wait_state(sim, port["sm-01"], "SMINFO_MASTER", 60) == "SMINFO_MASTER"
+            procs["sm-02"] = sim.start_opensm(conf("sm-02", KEYS, "old"), port["sm-02"])
+            assert _wait_state(sim, port["sm-02"], "SMINFO_STANDBY", 60) == "SMINFO_STANDBY"
+            assert masters() == ["sm-01"]
+
+            # The hazard: the standby restarted first with the new SM_Key.
+            sim.stop(procs["sm-02"])
+            procs["sm-02"] = sim.start_opensm(conf("sm-02", new, "early"), port["sm-02"])
+            assert _wait_state(sim, port["sm-02"], "SMINFO_MASTER", 90) == "SMINFO_MASTER"
+            assert masters() == ["sm-01", "sm-02"]
+            _wait_log(tmp_path / "sm-02-early.conf.log", "ERR 2F18", 30)
+
+            # The stack's order: stop the standby ...
+            sim.stop(procs.pop("sm-02"))
+            assert masters() == ["sm-01"]
+            # ... restart the master with the new keys (alone: MASTER, as its wait requires) ...
+            sim.stop(procs["sm-01"])
+            procs["sm-01"] = sim.start_opensm(conf("sm-01", new, "new"), port["sm-01"])
+            run = _role_wait(sim, port["sm-01"], True, 60)
+            assert run.returncode == 0 and "is back: SMINFO_MASTER" in run.stdout, run.stderr
+            assert masters() == ["sm-01"]
+            # ... then start the standby with them: the rejoin's wait accepts only STANDBY.
+            procs["sm-02"] = sim.start_opensm(conf("sm-02", new, "new"), port["sm-02"])
+            script = "set -euo pipefail\n" + "\n".join(
+                sm_role_wait("ibsim0", False, 60, standby_only=True)) + "\n"
+            run = sim.run_on(port["sm-02"], ["bash", "-c", script], 90)
+            assert run.returncode == 0 and "is back: SMINFO_STANDBY" in run.stdout, run.stderr
+            time.sleep(plan.spec.sm_sweep_interval + 2)  # a full sweep later: still one master
+            assert masters() == ["sm-01"]
+        finally:
+            for proc in procs.values():
+                sim.stop(proc)

@@ -34,7 +34,12 @@ from support.sandbox import (
 
 from components.config_types import CLUSTER_KEY
 from components.planning import host_scripts, kubeadm, kubelet_serving
-from components.planning.subnet_manager import sm_apply_script, sm_keys_conf, with_sm_keys
+from components.planning.subnet_manager import (
+    sm_apply_script,
+    sm_keys_conf,
+    sm_rejoin_script,
+    with_sm_keys,
+)
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
 
@@ -622,6 +627,41 @@ def test_a_restart_is_done_only_once_opensm_is_back_in_its_role(tmp_path: Path) 
     standby.sm_state("SMINFO_STANDBY")
     run = ok(standby.run(with_sm_keys(sm_apply_script(files, "mlx5_0", master=False), SM_KEYS)))
     assert "is back: SMINFO_STANDBY" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_standby_whose_sm_key_changes_waits_stopped_for_the_master(tmp_path: Path) -> None:
+    """opensm ignores an SM holding another SM_Key: a standby restarted with a new SM_Key
+    before the master would make itself a second master. Its apply script stops it instead,
+    and its rejoin script (after the master's apply) starts it and accepts only STANDBY. An
+    M_Key-only change restarts it as any change does; the rejoin then does nothing."""
+    files = sm_files()[SM]
+    sb = sm_sandbox(tmp_path)
+    sb.sm_state("SMINFO_STANDBY")
+
+    def standby_apply(keys: tuple[str, ...]) -> str:
+        return with_sm_keys(sm_apply_script(files, "mlx5_0", master=False), keys)
+
+    ok(sb.run(standby_apply(SM_KEYS)))
+    m_key_only = ("0x4d5e6f708192a3b4", *SM_KEYS[1:])
+    run = ok(sb.run(standby_apply(m_key_only)))
+    assert run.changes == [("systemctl", "daemon-reload"), ("systemctl", "restart", "opensm")]
+    assert ok(sb.run(sm_rejoin_script("mlx5_0"))).changes == []
+    new_sm_key = (m_key_only[0], "0x5e6f708192a3b4c5", m_key_only[2])
+    run = ok(sb.run(standby_apply(new_sm_key)))
+    assert run.changes == [("systemctl", "daemon-reload"), ("systemctl", "stop", "opensm")]
+    assert "stays stopped until the master runs with the new key" in run.stdout
+    assert ok(sb.run(standby_apply(new_sm_key))).count("systemctl", "restart", "opensm") == 0
+    # After the master: back only as STANDBY; a second MASTER fails the run and is retried.
+    sb.sm_state("SMINFO_MASTER")
+    run = sb.run(sm_rejoin_script("mlx5_0"))
+    assert run.returncode == 1 and "is SMINFO_MASTER 300 s after its restart, not STANDBY" \
+        in run.stderr
+    sb.sm_state("SMINFO_STANDBY")
+    run = ok(sb.run(sm_rejoin_script("mlx5_0")))
+    assert run.changes == [("systemctl", "restart", "opensm")]
+    assert "is back: SMINFO_STANDBY" in run.stdout
+    assert ok(sb.run(sm_rejoin_script("mlx5_0"))).changes == []
 
 
 # --- the harness itself ------------------------------------------------------------------------

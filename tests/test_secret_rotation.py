@@ -154,7 +154,9 @@ def test_new_fabric_keys_restart_only_the_subnet_managers_in_a_window(project: P
     edit_credentials(project, fabricKeysVersion=2)
     impact, steps, changed = preview(project)
     sms = [s["host"] for s in prod_raw()["fabric"]["subnetManagers"]]
-    assert changed == {f"{h}-opensm": "update" for h in sms}
+    # The standby starts again (rejoin) only after the master has the new SM_Key.
+    assert changed == {**{f"{h}-opensm": "update" for h in sms},
+                       "sm-02-opensm-rejoin": "replace"}
     assert impact[1] == ("  subnet-manager keys rotation version 1 -> version 2: "
                          f"{len(sms)} commands re-run on {len(sms)} hosts with the new secret")
     assert steps[0].startswith("subnet-manager keys rotation (version 1 -> version 2), in a "

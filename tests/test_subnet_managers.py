@@ -41,7 +41,7 @@ def test_each_script_waits_for_its_own_role_after_a_restart(build: Path) -> None
     for text in (master, standby):
         restart = text.index("systemctl restart opensm")
         wait = text.index("sminfo -C mlx5_0 -P 1 -D 0")
-        clear = text.index("rm -f /var/lib/gpu-cluster/opensm-restart-pending")
+        clear = text.index("rm -f /var/lib/gpu-cluster/opensm-restart-pending", restart)
         assert restart < wait < clear  # the restart is done only once the role is back
     assert 'case "$state" in SMINFO_MASTER) break' in master
     assert 'case "$state" in SMINFO_STANDBY|SMINFO_MASTER) break' in standby

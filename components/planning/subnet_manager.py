@@ -33,6 +33,9 @@ def sm_restart_order(priorities: dict[str, int]) -> list[str]:
     return sorted(priorities, key=lambda h: (priorities[h], h))
 
 
+REJOIN_PENDING = "/var/lib/gpu-cluster/opensm-rejoin-pending"
+
+
 def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
     """Install changed files (absolute path -> text), check them, restart opensm only then,
     and wait until it is back in its role.
@@ -43,6 +46,10 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
     state is read with `sminfo -D 0` (SMInfo over the directed route to this port): the master
     must be MASTER again; a standby STANDBY (or MASTER when it is alone: at first bring-up it
     runs before the master, which takes over by handover when it starts).
+
+    A standby whose SM_Key changes is stopped, not restarted, until `sm_rejoin_script` runs
+    after the master: opensm ignores an SM holding another SM_Key, so a standby restarted
+    first with the new key would make itself a second master beside the old-key one.
 
     The management keys are not in `files`: `with_sm_keys` puts them in the script that
     `pulumi up` sends (a secret), and they are appended to the staged opensm.conf. Every file
@@ -57,6 +64,7 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
         f"install -d -m 0700 {SM_CONF_DIR}",
         f"install -d -m 0755 {pending.rsplit('/', 1)[0]} {SM_UNIT_DROPIN.rsplit('/', 1)[0]}",
         "stage=$(mktemp -d)",
+        *([] if master else ["sm_key_changed=0"]),
         'trap \'rm -rf "$stage"\' EXIT',
     ]
     ordered = sorted(files.items())
@@ -69,6 +77,10 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
         ]
         if path.endswith("/opensm.conf"):
             lines.append(f'printf \'%s\\n\' "$OPENSM_KEYS" >> {staged}')
+            if not master:  # the key compared in place: never on a command line
+                lines += [
+                    f"if [ -e {path} ] && [ \"$(grep '^sm_key ' {staged} || true)\" != "
+                    f"\"$(grep '^sm_key ' {path} || true)\" ]; then sm_key_changed=1; fi"]
         if path.endswith("_guids.conf"):
             # One 0x-prefixed GUID per line; opensm skips malformed lines silently.
             lines += [
@@ -85,9 +97,12 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
             f"chmod 0600 {path}",
         ]
     lines += [
+        *([] if master else [
+            f'if [ "$sm_key_changed" = 1 ]; then touch {REJOIN_PENDING}; fi']),
         f"chmod 0700 {SM_CONF_DIR}",
         f"if [ -d {SM_CACHE_DIR} ]; then chmod 0700 {SM_CACHE_DIR}; fi",
         f"if [ -e {SM_LOG_FILE} ]; then chmod 0600 {SM_LOG_FILE}; fi",
+        *([] if master else _standby_stop_lines(pending)),
         f"if [ -e {pending} ]; then",
         '  echo "subnet-manager files changed; restarting opensm"',
         "  systemctl daemon-reload",
@@ -98,6 +113,34 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
         "systemctl is-enabled --quiet opensm || systemctl enable --now opensm",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _standby_stop_lines(pending: str) -> list[str]:
+    """A standby whose SM_Key changed: stopped, its restart left to the rejoin."""
+    return [
+        f"if [ -e {REJOIN_PENDING} ]; then",
+        '  echo "the SM_Key changes: opensm stays stopped until the master runs with the new '
+        'key (rejoin-opensm.sh then starts it)"',
+        "  systemctl daemon-reload",
+        "  systemctl stop opensm",
+        f"  rm -f {pending}",
+        "fi",
+    ]
+
+
+def sm_rejoin_script(ca: str) -> str:
+    """On a standby, after the master's apply: start the opensm an SM_Key change stopped, and
+    wait until it is STANDBY under the master (MASTER would be a second master)."""
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        "# Subnet-manager rejoin after a key change — rendered by gpu-cluster; do not edit.",
+        "set -euo pipefail",
+        f"[ -e {REJOIN_PENDING} ] || exit 0",
+        'echo "starting opensm with the new SM_Key under the master"',
+        "systemctl restart opensm",
+        *sm_role_wait(ca, False, standby_only=True),
+        f"rm -f {REJOIN_PENDING}",
+    ]) + "\n"
 
 
 def with_sm_keys(script: str, keys: Sequence[str]) -> str:
@@ -114,9 +157,12 @@ def sm_keys_conf(keys: Sequence[str]) -> str:
     return "\n".join(f"{option} {key}" for option, key in zip(SECRET_OPTIONS, keys, strict=True))
 
 
-def sm_role_wait(ca: str, master: bool, seconds: int = SM_SETTLE_SECONDS) -> list[str]:
-    """Bash: poll the local SM's state until it is in its role; fail after `seconds`."""
-    want = "SMINFO_MASTER" if master else "SMINFO_STANDBY|SMINFO_MASTER"
+def sm_role_wait(ca: str, master: bool, seconds: int = SM_SETTLE_SECONDS,
+                 standby_only: bool = False) -> list[str]:
+    """Bash: poll the local SM's state until it is in its role; fail after `seconds`. A
+    standby may also be MASTER (alone at first bring-up) unless `standby_only`."""
+    want = ("SMINFO_MASTER" if master else
+            "SMINFO_STANDBY" if standby_only else "SMINFO_STANDBY|SMINFO_MASTER")
     return [
         f"for _ in $(seq 1 {max(1, seconds // 5)}); do",
         f"  state=$(sminfo -C {ca} -P 1 -D 0 2>/dev/null | grep -o 'SMINFO_[A-Z]*' || true)",
