@@ -279,6 +279,9 @@ ELSEWHERE = {
     # tests/test_acceptance_gate.py: chooses the nodes, runs the test there, marks them tested;
     # run again, it finds nothing to test
     ("control-plane", "nccl-acceptance.sh"),
+    # below, test_a_standby_whose_sm_key_changes_waits_stopped_for_the_master: after its
+    # apply stopped it for a new SM_Key, and with nothing pending
+    ("sm-host", "rejoin-opensm.sh"),
 }
 
 

@@ -1410,7 +1410,7 @@ def prod_scripts() -> dict[str, str]:
         ssh_keys,
         upgrade,
     )
-    from components.planning.subnet_manager import sm_apply_script
+    from components.planning.subnet_manager import sm_apply_script, sm_rejoin_script
 
     cluster = prod_cluster()
     scripts = {f"{h.hostname}/prepare-host.sh": host_scripts.prepare_host(cluster, h, CLUSTER_KEY)
@@ -1419,6 +1419,8 @@ def prod_scripts() -> dict[str, str]:
                 host_scripts.prepare_gpu_node(cluster, n, CLUSTER_KEY) for n in cluster.nodes}
     for host, (files, ca, master) in sm_setups().items():
         scripts[f"{host}/apply-opensm.sh"] = sm_apply_script(files, ca, master)
+        if not master:
+            scripts[f"{host}/rejoin-opensm.sh"] = sm_rejoin_script(ca)
     init_host = cluster.control_plane[0]
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
     scripts |= {f"{h.hostname}/identities.sh": kubeadm.identities_script(cluster, h)
