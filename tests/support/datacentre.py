@@ -48,6 +48,7 @@ REF = REPO.parent / "shared" / "ref"  # upstream CRDs
 OUT = REPO / "build" / "e2e"  # what `make e2e` leaves for a reader (and CI's artifacts)
 USER = "ubuntu"
 POLL_S = 0.2  # how often the power-cycle watcher looks for a scheduled shutdown
+SPAWN_RETRIES = 10  # polls in a row a stand-in may fail to start a process before it gives up
 DOWN_S = 1.0  # how long a rebooting host is down
 SWITCH_USER = "admin"
 BMC_USER = "admin"
@@ -527,9 +528,20 @@ def polling(name: str, step: Callable[[], None]) -> Iterator[list[BaseException]
     errors: list[BaseException] = []
 
     def loop() -> None:
+        refused = 0
         while not stop.wait(POLL_S):
             try:
                 step()
+                refused = 0
+            except OSError as err:
+                # A process the kernel would not start (EAGAIN, ENOMEM, EFAULT seen under a
+                # loaded CI machine): the next poll tries again, as a controller would.
+                refused += 1
+                if refused <= SPAWN_RETRIES:
+                    continue
+                traceback.print_exc()
+                errors.append(err)
+                return
             except Exception as err:
                 # Said at once, on stderr: what waits on this step fails only later.
                 traceback.print_exc()
