@@ -258,7 +258,8 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
                   for h in cluster.control_plane[1:]} if core else {}
     identities = {h.hostname: kubeadm.identities_script(cluster, h)
                   for h in cluster.control_plane} if core else {}
-    reboots = {n.hostname: _planned_reboot(n, cluster.kubernetes.gang_wait_minutes * 60)
+    reboots = {n.hostname: _planned_reboot(n, cluster.kubernetes.gang_wait_minutes * 60,
+                                           cluster.platform.gpu_operator.host_driver)
                for n in nodes}
     kube_upgrade = _kubernetes_upgrade(cluster, nodes, core)
     kube = KubeadmCluster("kubernetes", KubeadmClusterArgs(
@@ -429,13 +430,15 @@ def _upgrade_artifacts(up: KubernetesUpgrade) -> dict[str, str]:
     return files
 
 
-def _planned_reboot(node: GpuNode, gang_wait_s: int) -> PlannedReboot:
+def _planned_reboot(node: GpuNode, gang_wait_s: int, host_driver: str | None) -> PlannedReboot:
     host = node.hostname
     return PlannedReboot(
-        fingerprint=reboot.boot_fingerprint(node), check=reboot.check_script(node),
+        fingerprint=reboot.boot_fingerprint(node, host_driver),
+        check=reboot.check_script(node, host_driver),
         drain=reboot.drain_script(host, gang_wait_s),
-        reboot=reboot.reboot_script(node),
-        after_boot=reboot.after_boot_script(node), uncordon=reboot.uncordon_script(host))
+        reboot=reboot.reboot_script(node, host_driver),
+        after_boot=reboot.after_boot_script(node, host_driver),
+        uncordon=reboot.uncordon_script(host))
 
 
 def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address: str,

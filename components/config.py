@@ -217,11 +217,21 @@ class Chart(Model):
 
 
 class GpuOperator(Chart):
-    driver: Literal["operator", "host"] = "operator"
+    # Who owns the GPU driver. DGX OS ships it (with the fabric manager) and the GPU Operator
+    # then runs no driver container (it labels the node nvidia.com/gpu.deploy.driver=
+    # pre-installed), so on DGX OS the hosts own it: `host`, the stack installs driverVersion
+    # from DGX OS's repositories in each node's planned reboot. `operator` (the driver
+    # container) only on hosts without one; their preparation refuses a host driver.
+    driver: Literal["operator", "host"] = "host"
     driver_version: ExactVersion | None = None
     gpudirect_rdma: bool = True
     gpudirect_storage: bool = False
     mig_manager: bool = False
+
+    @property
+    def host_driver(self) -> str | None:
+        """The driver release the hosts own and the stack installs; None: the operator's."""
+        return self.driver_version if self.driver == "host" else None
 
 
 class NetworkOperator(Chart):

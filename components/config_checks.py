@@ -376,12 +376,15 @@ def _training_jobs(c: Cluster) -> Iterator[Problem]:
 
 
 def _driver_pinned(c: Cluster) -> Iterator[Problem]:
-    """An operator-managed GPU driver is pinned, never the chart's default."""
+    """The GPU driver is pinned, whoever owns it: the operator's would follow the chart's
+    default, and the hosts' is the release their planned reboots install and check."""
     gpu_op = c.platform.gpu_operator
-    if gpu_op.driver == "operator" and gpu_op.driver_version is None:
-        yield Problem("platform.gpuOperator.driverVersion", None,
-                      "is unset: the driver would follow the chart's default, so a chart "
-                      "upgrade would also replace the GPU driver on every node",
+    if gpu_op.driver_version is None:
+        why = ("is unset: the driver would follow the chart's default, so a chart upgrade "
+               "would also replace the GPU driver on every node") if gpu_op.driver == "operator" \
+            else ("is unset: with driver: host the stack installs and checks this release on "
+                  "every node; without it each GPU node keeps whatever driver it came with")
+        yield Problem("platform.gpuOperator.driverVersion", None, why,
                       "pin the driver the cluster was qualified with, e.g. driverVersion: "
                       '"580.95.05"')
 

@@ -47,9 +47,3 @@ POD_NETWORK_MODULES = "overlay br_netfilter"
 # below these (Kubernetes' own defaults are 100Mi and 10%: 2 GiB leaves room for the GPU
 # driver's and NCCL's pinned host memory).
 KUBELET_EVICTION_HARD = {"memory.available": "2Gi", "nodefs.available": "10%"}
-
-# ---------------------------------------------------------------- GPU driver
-
-# The driver branch the host-managed DKMS path installs when platform.gpuOperator.driverVersion
-# is unset (the R580 production branch the GPU Operator releases in the compatibility table ship).
-DEFAULT_GPU_DRIVER_VERSION = "580.0.0"

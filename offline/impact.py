@@ -18,7 +18,7 @@ from .acceptance import acceptance_line, gpu_nodes, recabled_line
 from .addresses import address_lines
 from .conventions import span
 from .diff import Diff
-from .operators import OperatorRollout, operator_rollouts
+from .operators import OperatorRollout, host_driver_change, operator_rollouts
 from .replacements import (
     HcaSwap,
     SwitchSwap,
@@ -102,6 +102,7 @@ class _Effects:
     drained: list[str]  # by the stack, for re-cabling, a board or a removal
     rebooted: list[str]
     rollouts: list[OperatorRollout]
+    host_driver: tuple[str, str, list[str]] | None  # the hosts' GPU driver: old, new, nodes
     swaps: list[HcaSwap]
     boards: dict[str, str]  # host -> its role
     switches_swapped: list[SwitchSwap]
@@ -146,6 +147,7 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         retired=sorted(sw for sw, a in switches.items() if a == "delete"),
         drained=drained_hosts(changes, new_inputs), rebooted=rebooted_hosts(changes),
         rollouts=operator_rollouts(changes, new_inputs), swaps=replaced_hcas(changes),
+        host_driver=host_driver_change(changes),
         boards=boards,
         switches_swapped=replaced_switches(changes, new_inputs),
         upgrade=upgrade, upgrading=upgrading,
@@ -214,6 +216,12 @@ def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | Non
             f"{batch_words(e.lanes)}, each drained" if e.upgrading
             else "REFUSED, it skips a minor or goes back (kubeadm's version skew policy)"))
     lines += [f"  {r.line()}" for r in e.rollouts]
+    if e.host_driver:
+        old, new, nodes = e.host_driver
+        lines.append(f"  GPU driver {old} -> {new} on the hosts: {len(nodes)} GPU nodes "
+                     f"({_span(nodes)}), one member at a time, each drained (after its gang "
+                     "wait), the new driver, fabric manager and NSCQ installed, then "
+                     "rebooted into it")
     lines += [f"  board replaced: {h}{_BOARD[role]}" for h, role in sorted(e.boards.items())]
     for w in e.switches_swapped:
         lines.append(

@@ -11,6 +11,7 @@ the hosts (`ofed: host`) has no driver container: the Network Operator drains no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from .conventions import span, suffix
 from .diff import Change
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
+COMMAND = "command:remote:Command"
 NIC_POLICY = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
 GPU_OPERATOR, NETWORK_OPERATOR = "gpu-operator", "network-operator"
 
@@ -114,8 +116,13 @@ def _gpu_operator(c: Change, changes: list[Change],
     else:
         what = f"{GPU_OPERATOR} values"
     if _dig(values, "driver", "enabled") is False:
+        if driver and driver[1] is None:
+            what = f"GPU driver {driver[0]} in the operator's container -> the hosts' own"
+        elif chart:
+            what = f"{GPU_OPERATOR} {chart[0]} -> {chart[1]}"
         return OperatorRollout(GPU_OPERATOR, what, (), "the hosts' own driver (driver.enabled "
-                               "is off): its node agents roll one node at a time, no drain")
+                               "is off; the hosts' planned reboots install its releases): its "
+                               "node agents roll one node at a time, no drain")
     if not (driver_changed or chart):
         return OperatorRollout(GPU_OPERATOR, what, (), "its node agents roll one node at a "
                                "time; the driver is unchanged, so no node is drained")
@@ -142,3 +149,25 @@ def _network_operator(c: Change | None, nic: Change | None, changes: list[Change
                                "a time; the DOCA-OFED driver is unchanged, so no node is drained")
     return OperatorRollout(NETWORK_OPERATOR, what, tuple(_gpu_nodes(changes, new_inputs)),
                            _policy_words(ofed.get("upgradePolicy")))
+
+
+_HOST_DRIVER = re.compile(r'^([-+])GPU_DRIVER_VERSION="([^"]*)"$')
+
+
+def host_driver_change(changes: Iterable[Change]) -> tuple[str, str, list[str]] | None:
+    """(old, new, nodes) when the hosts' own GPU driver release changes: each node's planned
+    reboot installs the new one (its reboot step's script names it)."""
+    found: dict[str, str] = {}
+    nodes = []
+    for c in changes:
+        if c.type != COMMAND or not c.name.endswith("-reboot"):
+            continue
+        lines = {m.group(1): m.group(2)
+                 for m in map(_HOST_DRIVER.match, c.text_diffs.get("stdin", ())) if m}
+        if lines:
+            found |= lines
+            nodes.append(c.name.removesuffix("-reboot"))
+    if not nodes:
+        return None
+    return found.get("-") or "none", found.get("+") or "the operator's", sorted(nodes)
+

@@ -22,7 +22,7 @@ from .conventions import ports as _ports
 from .conventions import span as _span
 from .conventions import suffix as _suffix
 from .diff import Change, Diff
-from .operators import operator_rollouts
+from .operators import host_driver_change, operator_rollouts
 from .replacements import (
     board_steps,
     hca_steps,
@@ -411,18 +411,25 @@ def _sm_cable_steps(moves: list[CableMove],
     return steps
 
 
-def _reboot_step(hosts: list[str]) -> str:
-    """GPU nodes whose boot settings change (the `<host>-reboot` chain is re-created)."""
+def _reboot_step(hosts: list[str], driver: tuple[str, str, list[str]] | None) -> str:
+    """GPU nodes whose boot settings change (the `<host>-reboot` chain is re-created);
+    `driver`: the hosts' GPU driver release change, when it is one of them."""
     which = ", ".join(hosts) if len(hosts) <= 12 else _span(hosts)
+    why = (f"the hosts' GPU driver {driver[0]} -> {driver[1]}" if driver
+           else "kernel arguments, initramfs, interface names change")
+    install = (f"; then the driver, fabric manager and NSCQ of {driver[1]} installed and "
+               "held;" if driver else ",")
     return (
-        f"planned reboot of {which} (kernel arguments, initramfs, interface names change): "
+        f"planned reboot of {which} ({why}): "
         "`pulumi up` takes each through check -> drain -> reboot -> wait -> uncordon. A node "
         "that is a cluster member takes the kube-system/gpu-cluster-reboot-lock ConfigMap "
-        "first, so one member is out at a time: kubectl drain on the control plane, "
+        "first, so one member is out at a time: kubectl drain on the control plane (after "
+        f"waiting for the gang jobs it shares with other nodes){install} "
         "`shutdown -r +1` on the node, SSH dialled until it is back (about an hour at most), "
-        "then a check of the new boot ID, /proc/cmdline and every rail interface, then "
-        "uncordon (unless it was cordoned before). A node that needs no reboot passes "
-        "through without a drain. Running jobs on a drained node are evicted: plan a "
+        "then a check of the new boot ID, /proc/cmdline, every rail interface"
+        + (" and the loaded driver with its fabric manager" if driver else "")
+        + ", then uncordon (unless it was cordoned before). A node that needs no reboot "
+        "passes through without a drain. Running jobs on a drained node are evicted: plan a "
         "maintenance window")
 
 
@@ -647,7 +654,7 @@ def _host_steps(w: _Work, boards: list[str]) -> list[str]:
     steps = []
     rebooted = rebooted_hosts(w.changes)
     if rebooted:
-        steps.append(_reboot_step(sorted(rebooted)))
+        steps.append(_reboot_step(sorted(rebooted), host_driver_change(w.changes)))
     in_place = [h for h in w.prepared if h not in w.joining and h not in w.leaving
                 and h not in rebooted and h not in boards]
     if in_place:

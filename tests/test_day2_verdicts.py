@@ -275,17 +275,13 @@ SCENARIOS: dict[str, Scenario] = {
                 "serving keeps its other replicas"),
         not_in_impact=("outage: none expected",),
         runbook=("planned reboot of " + ", ".join(GPU_NODES), "check -> drain -> reboot")),
-    # An operator release: its driver DaemonSet changes with it, so the same upgrade
-    # controller takes every GPU node in turn.
+    # An operator release with the hosts owning the driver: only its node agents roll.
     "gpu-operator-release": Scenario(
         _set("platform.gpuOperator.version", "v26.7.0"), 0,
-        impact=("  gpu-operator v26.3.2 -> v26.7.0 (its driver DaemonSet with it): the GPU "
-                f"Operator updates 8 GPU nodes ({SPAN}) 1 at a time: on each it waits for the "
-                "pods of `app.kubernetes.io/component in (training,nccl-test)` to finish (no "
-                "time limit), then drains it (its other pods evicted within their disruption "
-                "budgets) and reloads the driver",
-                f"  nodes drained: 8 ({SPAN}), each in turn by the operator updating its driver"),
-        not_in_impact=("no running work is drained", "outage: none expected")),
+        impact=("  gpu-operator v26.3.2 -> v26.7.0: the hosts' own driver (driver.enabled is "
+                "off; the hosts' planned reboots install its releases): its node agents roll "
+                "one node at a time, no drain", "  nodes drained: 0"),
+        not_in_impact=("driver DaemonSet", "planned reboots:")),
     # A ninth node: it joins untested and is tested with one free node that passed, not with
     # every GPU of a busy cluster (training holds four nodes, serving two or three).
     "add-node": Scenario(
@@ -341,20 +337,23 @@ SCENARIOS: dict[str, Scenario] = {
                 "drained); 8 need a new cable (8 x optical cross-rack)",),
         runbook=("move   gpu-node-03 rail 0 (mlx5_0): leaf-su1-r0-1 port 4 -> leaf-su1-r0-1 "
                  "port 10  [a new cable: optical in-rack -> optical cross-rack]",)),
-    # The GPU Operator's upgrade controller takes every GPU node in turn (driver.upgradePolicy
-    # of the stack: one at a time, waiting for training and acceptance pods, then a drain).
+    # The hosts own the driver (DGX OS ships one): every GPU node's planned reboot installs
+    # the new release after its drain, one member at a time.
     "gpu-driver": Scenario(
         _set("platform.gpuOperator.driverVersion", "580.105.08"), 0,
-        impact=(f"  GPU driver 580.95.05 -> 580.105.08: the GPU Operator updates 8 GPU nodes "
-                f"({SPAN}) 1 at a time: on each it waits for the pods of "
-                "`app.kubernetes.io/component in (training,nccl-test)` to finish (no time "
-                "limit), then drains it (its other pods evicted within their disruption "
-                "budgets) and reloads the driver",
-                f"  nodes drained: 8 ({SPAN}), each in turn by the operator updating its "
-                "driver"),
-        not_in_impact=("no running work is drained", "outage: none expected"),
-        runbook=("upgrade gpu-operator", "GPU driver 580.95.05 -> 580.105.08: the GPU "
-                 "Operator updates 8 GPU nodes", "gpu-operator-rollout")),
+        impact=(f"  GPU driver 580.95.05 -> 580.105.08 on the hosts: 8 GPU nodes ({SPAN}), "
+                "one member at a time, each drained (after its gang wait), the new driver, "
+                "fabric manager and NSCQ installed, then rebooted into it",
+                f"  nodes drained: 8 ({SPAN}), each in turn before its reboot",
+                f"  planned reboots: 8 ({SPAN}), one cluster member at a time"),
+        not_in_impact=("no running work is drained", "outage: none expected",
+                       "the GPU Operator updates"),
+        runbook=("planned reboot of gpu-node-00", "(the hosts' GPU driver 580.95.05 -> "
+                 "580.105.08)", "kubectl drain on the control plane (after waiting for the gang "
+                 "jobs it shares with other nodes); then the driver, fabric manager and NSCQ of "
+                 "580.105.08 installed and held; `shutdown -r +1`", "the loaded driver with "
+                 "its fabric manager"),
+        not_in_runbook=("upgrade gpu-operator",)),
 }
 
 

@@ -722,43 +722,59 @@ def test_a_new_switch_password_reconfigures_every_switch_with_it(rotated) -> Non
 
 
 NEW_DRIVER = "580.105.08"  # the R580 production branch's next release after 580.95.05
+REBOOT_CHAIN = ("reboot-check", "reboot-drain", "reboot", "reboot-wait", "reboot-uncordon")
 
 
 @pytest.fixture(scope="module")
 def driver_bumped(rotated) -> tuple[Datacentre, dict[str, Any]]:
-    """The GPU driver one release up: a value of the GPU Operator's release, so a Helm
-    upgrade of the chart from its archive, then the wait for the operator's rollout."""
+    """The GPU driver one release up. The hosts own it (DGX OS ships one): a new release of
+    each GPU node's planned reboot, not of the GPU Operator's values."""
     dc, _ = rotated
     old: list[str] = []
+    boots = len(dc.boots)
 
     def edit(cluster: dict[str, Any]) -> None:
         gpu = cluster["platform"]["gpuOperator"]
         old.append(gpu["driverVersion"])
         gpu["driverVersion"] = NEW_DRIVER
 
-    return dc, day2(dc, "driver", edit) | {"old": old[0]}
+    return dc, day2(dc, "driver", edit) | {"old": old[0], "boots": boots}
 
 
-def test_a_driver_bump_upgrades_the_release_then_waits_for_the_rollout(applied,
-                                                                     driver_bumped) -> None:
+def test_a_driver_release_takes_each_gpu_node_through_its_planned_reboot(applied,
+                                                                        driver_bumped) -> None:
     dc, run = driver_bumped
     assert run["engine"] == run["offline"]
+    # Only the GPU nodes' reboot chains, re-created by their boot fingerprint; the GPU
+    # Operator's release is untouched (its driver container is off).
     assert {urn.rsplit("::", 1)[1]: op for urn, op in run["engine"].items()} == {
-        "gpu-operator": "update", "gpu-operator-rollout": "replace"}
-    # Helm's record: a second revision, deployed, of the pinned chart with the new driver.
-    release = _helm_release(applied[1]["api"], "gpu-operator",
-                            dc.cluster.platform.gpu_operator.namespace)
-    assert release["status"] == "deployed" and release["version"] == 2
-    assert release["config"]["driver"]["version"] == NEW_DRIVER
-    assert release["chart"]["metadata"]["version"] == next(
-        r["inputs"]["version"] for r in dc.plan["resources"]
-        if r["type"] == RELEASE and r["name"] == "gpu-operator")
-    # The rollout wait ran once, on the control plane, after the upgrade.
-    (wait,) = run["calls"]
-    assert wait == _call(dc, CONTROL_PLANE, "wait clusterpolicies.nvidia.com/cluster-policy",
-                         run["calls"])
-    assert wait["exit"] == 0
-    assert _when(wait["start"]) >= _when(release["info"]["last_deployed"])
+        f"{n}-{step}": "replace" for n in GPU_NODES for step in REBOOT_CHAIN}
+    calls = run["calls"]
+    assert all(c["exit"] == 0 for c in calls), [c for c in calls if c["exit"]]
+    # Each node booted once, into the new module, its fabric manager running, the packages
+    # of the new release installed and held.
+    assert sorted(host for host, _ in dc.boots[run["boots"]:]) == GPU_NODES
+    for n in GPU_NODES:
+        sb = dc.hosts[n].sandbox
+        assert sb.path("/sys/module/nvidia/version").read_text().strip() == NEW_DRIVER
+        assert (sb.state / "pkgs/nvidia-driver-580-server-open").read_text().strip() == \
+            f"{NEW_DRIVER}-*"
+        assert (sb.state / "held/nvidia-fabricmanager-580").exists()
+        assert (sb.state / "units/nvidia-fabricmanager.active").exists()
+    # One member at a time, each drained before its install: a node's drain ends (it holds
+    # the lock) only after the one before it began its uncordon (which releases the lock).
+    spans = []
+    for n in GPU_NODES:
+        drain = _call(dc, CONTROL_PLANE, f"# Drain before the planned reboot of {n} ", calls)
+        uncordon = _call(dc, CONTROL_PLANE, f"# Uncordon after the planned reboot of {n} ",
+                         calls)
+        reboot = _run_of(dc, f"{n}-reboot", calls)
+        assert drain["command"].endswith(" drain reboot")
+        assert _when(drain["end"]) <= _when(reboot["start"]) <= _when(uncordon["start"])
+        spans.append((_when(drain["end"]), _when(uncordon["start"])))
+    spans.sort()
+    for (_, released), (acquired, _) in zip(spans, spans[1:], strict=False):
+        assert released <= acquired, spans
 
 
 # ----------------------------------------------------------------- day 2: a replaced HCA

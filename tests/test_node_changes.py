@@ -254,10 +254,12 @@ def test_decommissioning_an_unknown_node_is_refused(project: Path) -> None:
         in proc.stderr
 
 
-def test_a_gpu_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
-    """A new GPU driver: the GPU Operator release changes and `pulumi up` waits, on the control
-    plane, until its ClusterPolicy says every node runs it; the CRDs come with the chart's
-    pre-upgrade hook. The network operator's wait is not re-run."""
+def test_an_operator_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
+    """A new GPU driver the operator owns (driver: operator): the GPU Operator release changes
+    and `pulumi up` waits, on the control plane, until its ClusterPolicy says every node runs
+    it; the CRDs come with the chart's pre-upgrade hook. The network operator's wait is not
+    re-run, and no planned reboot is involved."""
+    edit_stack(project, lambda c: c["platform"]["gpuOperator"].__setitem__("driver", "operator"))
     render_baseline(project)
     edit_stack(project, lambda c: c["platform"]["gpuOperator"].__setitem__(
         "driverVersion", "580.105.08"))
@@ -273,6 +275,21 @@ def test_a_gpu_driver_upgrade_waits_for_the_rollout(project: Path) -> None:
     assert release["inputs"]["values"]["operator"]["upgradeCRD"] is True
     step = next(line for line in text.splitlines() if "upgrade gpu-operator" in line)
     assert "waits (gpu-operator-rollout" in step and "ClusterPolicy reports ready" in step
+
+
+def test_a_host_driver_upgrade_reboots_each_gpu_node_and_leaves_the_operator(
+        project: Path) -> None:
+    """The hosts own the driver (prod): a new release re-creates every GPU node's planned
+    reboot chain and nothing of the GPU Operator."""
+    render_baseline(project)
+    edit_stack(project, lambda c: c["platform"]["gpuOperator"].__setitem__(
+        "driverVersion", "580.105.08"))
+    diff, text = preview(project)
+    nodes = [f"gpu-node-{i:02d}" for i in range(8)]
+    assert names(diff, "replace") == {f"{n}-{step}" for n in nodes for step in (
+        "reboot-check", "reboot-drain", "reboot", "reboot-wait", "reboot-uncordon")}
+    assert names(diff, "update") == set()
+    assert "upgrade gpu-operator" not in text
 
 
 def test_skipping_a_kubernetes_minor_or_going_back_is_refused_in_the_runbook(

@@ -13,7 +13,16 @@ import json
 from pathlib import Path
 
 import pytest
-from support.sandbox import DGX_H100_HCAS, Run, Sandbox, dgx_h100, ok, prod_cluster, unavailable
+from support.sandbox import (
+    DGX_H100_HCAS,
+    DGX_OS_GPU_DRIVER,
+    Run,
+    Sandbox,
+    dgx_h100,
+    ok,
+    prod_cluster,
+    unavailable,
+)
 
 from components.config_types import CLUSTER_KEY
 from components.planning import host_scripts, reboot
@@ -23,12 +32,15 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() 
 CLUSTER = prod_cluster()
 NODE = CLUSTER.nodes[0]
 HOST = NODE.hostname
+DRIVER = CLUSTER.platform.gpu_operator.host_driver  # prod: the hosts own the GPU driver
 STATE = "/var/lib/gpu-cluster"
 
 
-def gpu_node(tmp_path: Path) -> Sandbox:
+def gpu_node(tmp_path: Path, gpu_driver: str | None = DRIVER) -> Sandbox:
+    """A DGX H100 (by default already on the pinned driver, so only what a test changes needs
+    a boot)."""
     sb = Sandbox(tmp_path / HOST, HOST, DGX_H100_HCAS)
-    dgx_h100(sb, data_array=True)
+    dgx_h100(sb, data_array=True, gpu_driver=gpu_driver or DGX_OS_GPU_DRIVER)
     return sb
 
 
@@ -65,7 +77,7 @@ def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> 
     node, cp = gpu_node(tmp_path), control_plane(tmp_path, HOST)
     ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
     # DGX OS boots without iommu=pt: the check says so, in the line the drain acts on.
-    check = ok(node.run(reboot.check_script(NODE)))
+    check = ok(node.run(reboot.check_script(NODE, DRIVER)))
     assert f"{reboot.REBOOT_REQUIRED} kernel-argument:iommu=pt" in check.stdout
     assert check.changes == []
 
@@ -73,18 +85,19 @@ def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> 
     assert lock(cp) == {"holder": HOST, "cordoned": "false"}
     assert node_verbs(cp, HOST) == ["drain"]
 
-    restart = ok(node.run(reboot.reboot_script(NODE)))
+    restart = ok(node.run(reboot.reboot_script(NODE, DRIVER)))
     assert restart.find("shutdown") == [(
         "shutdown", "-r", "+1", "gpu-cluster: planned reboot: kernel-argument:iommu=pt")]
     assert node.path("/run/nologin").exists()  # new logins wait for the boot
 
     # Reached before the host went down (a root login passes nologin): it must not pass.
-    early = node.run(reboot.after_boot_script(NODE))
+    early = node.run(reboot.after_boot_script(NODE, DRIVER))
     assert early.returncode == 1 and "the planned reboot has not happened" in early.stderr
 
     node.reboot()
-    after = ok(node.run(reboot.after_boot_script(NODE)))
-    assert "kernel arguments and rail interfaces as configured" in after.stdout
+    after = ok(node.run(reboot.after_boot_script(NODE, DRIVER)))
+    assert f"kernel arguments, rail interfaces and GPU driver {DRIVER} as configured" \
+        in after.stdout
     assert " iommu=pt" in node.cmdline.read_text()
     assert not node.path(f"{STATE}/reboot.pending").exists()
 
@@ -92,10 +105,10 @@ def test_a_member_is_drained_rebooted_checked_and_uncordoned(tmp_path: Path) -> 
     assert node_verbs(cp, HOST) == ["drain", "uncordon"] and lock(cp) is None
 
     # Nothing left to apply: a second pass changes nothing anywhere.
-    again = ok(node.run(reboot.check_script(NODE)))
+    again = ok(node.run(reboot.check_script(NODE, DRIVER)))
     assert reboot.REBOOT_REQUIRED not in again.stdout
     assert ok(drain(cp, HOST, "none")).changes == []
-    assert ok(node.run(reboot.reboot_script(NODE))).changes == []
+    assert ok(node.run(reboot.reboot_script(NODE, DRIVER))).changes == []
     assert ok(cp.run(reboot.uncordon_script(HOST))).changes == []
     assert node_verbs(cp, HOST) == ["drain", "uncordon"]
 
@@ -178,7 +191,7 @@ def test_an_unreachable_api_server_stops_the_drain(tmp_path: Path) -> None:
 def test_the_boot_must_bring_every_rail_interface(tmp_path: Path) -> None:
     node = gpu_node(tmp_path)
     rails = (*NODE.rails[:-1], dataclasses.replace(NODE.rails[-1], netdev="ibp221s0"))
-    run = node.run(reboot.after_boot_script(dataclasses.replace(NODE, rails=rails)))
+    run = node.run(reboot.after_boot_script(dataclasses.replace(NODE, rails=rails), DRIVER))
     assert run.returncode == 1 and "no rail interface ibp221s0" in run.stderr
 
 
@@ -210,7 +223,7 @@ def test_each_step_waits_for_the_one_before_and_the_join_for_the_boot(commands) 
                          str(node.management_ip), cp_host]
         # Every step re-runs when the boot settings change (triggers force a replacement).
         for step in steps:
-            assert step["inputs"]["triggers"][0] == reboot.boot_fingerprint(node)
+            assert step["inputs"]["triggers"][0] == reboot.boot_fingerprint(node, DRIVER)
             assert "triggers[*]" in step["options"]["replaceOnChanges"]
             assert "delete" not in step["inputs"]
     # The check after the boot keeps dialling while the host is down; the others do not.
@@ -219,13 +232,105 @@ def test_each_step_waits_for_the_one_before_and_the_join_for_the_boot(commands) 
     assert commands[f"{HOST}-reboot"]["inputs"]["connection"]["dialErrorLimit"] == 20
 
 
-def test_the_fingerprint_follows_the_kernel_command_line_only() -> None:
+def test_the_fingerprint_follows_the_kernel_command_line_and_the_host_driver_only() -> None:
     def node(**template) -> object:
         return dataclasses.replace(NODE, template=NODE.template.model_copy(update=template))
 
-    base = reboot.boot_fingerprint(NODE)
-    assert reboot.boot_fingerprint(node(memory_gib=1024)) == base
-    assert reboot.boot_fingerprint(node(kernel_args=("iommu=pt", "init_on_alloc=0"))) != base
+    base = reboot.boot_fingerprint(NODE, DRIVER)
+    assert reboot.boot_fingerprint(node(memory_gib=1024), DRIVER) == base
+    assert reboot.boot_fingerprint(node(kernel_args=("iommu=pt", "init_on_alloc=0")),
+                                   DRIVER) != base
+    # A new host driver release re-runs the chain; an operator-owned driver is not the boot's.
+    assert reboot.boot_fingerprint(NODE, "580.105.08") != base
+    assert reboot.boot_fingerprint(NODE, None) != base
+
+
+# --- the host-owned GPU driver (platform.gpuOperator.driver: host) -------------------------------
+FABRIC_MANAGER = "nvidia-fabricmanager"
+
+
+def installs(run: Run) -> list[tuple[str, ...]]:
+    return [c for c in run.calls if c[:2] == ("apt-get", "install")]
+
+
+@pytest.mark.slow
+def test_a_host_driver_release_is_installed_only_once_drained_then_booted_and_checked(
+        tmp_path: Path) -> None:
+    """DGX OS came with its own release; the pinned one is installed by the reboot step, after
+    the drain (a driver's libraries replaced under running GPU pods no longer match the loaded
+    module, and every new CUDA process fails with "Driver/library version mismatch"), together
+    with the fabric manager and NSCQ of the same release (NVSwitch systems need both at the
+    driver's exact version), then the boot loads it."""
+    node, cp = gpu_node(tmp_path, gpu_driver=None), control_plane(tmp_path, HOST)
+    node.cmdline.write_text(node.cmdline.read_text().rstrip("\n") + " iommu=pt\n")
+    prepare = ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
+    assert not any("nvidia" in " ".join(c) for c in installs(prepare)), prepare.explain()
+
+    check = ok(node.run(reboot.check_script(NODE, DRIVER)))
+    assert f"{reboot.REBOOT_REQUIRED} gpu-driver:{DGX_OS_GPU_DRIVER}->{DRIVER}" in check.stdout
+    ok(drain(cp, HOST, "reboot"))
+    assert node_verbs(cp, HOST) == ["drain"]
+
+    restart = ok(node.run(reboot.reboot_script(NODE, DRIVER)))
+    assert installs(restart) == [(
+        "apt-get", "install", "-y", "--allow-downgrades",
+        f"nvidia-driver-580-server-open={DRIVER}-*", f"nvidia-fabricmanager-580={DRIVER}-*",
+        f"libnvidia-nscq-580={DRIVER}-*")]
+    calls = restart.calls
+    assert calls.index(installs(restart)[0]) < calls.index(restart.find("shutdown")[0])
+    assert {"libnvidia-nscq-580", "nvidia-driver-580-server-open", "nvidia-fabricmanager-580"} \
+        <= {p.name for p in (node.state / "held").iterdir()}
+    # Installed is not loaded: the old module runs until the boot.
+    assert node.path("/sys/module/nvidia/version").read_text().strip() == DGX_OS_GPU_DRIVER
+
+    node.reboot()
+    after = ok(node.run(reboot.after_boot_script(NODE, DRIVER)))
+    assert f"GPU driver {DRIVER} as configured" in after.stdout
+    ok(cp.run(reboot.uncordon_script(HOST)))
+    assert reboot.REBOOT_REQUIRED not in ok(node.run(reboot.check_script(NODE, DRIVER))).stdout
+    assert ok(node.run(reboot.reboot_script(NODE, DRIVER))).changes == []
+
+    # The next release, one up: the held packages are released, replaced and held again.
+    newer = "580.105.08"
+    restart = ok(node.run(reboot.reboot_script(NODE, newer)))
+    assert ("apt-mark", "unhold", "libnvidia-nscq-580", "nvidia-driver-580-server-open",
+            "nvidia-fabricmanager-580") in restart.calls
+    assert f"nvidia-driver-580-server-open={newer}-*" in installs(restart)[0]
+
+
+@pytest.mark.slow
+def test_a_driver_that_did_not_load_or_a_stopped_fabric_manager_fails_after_the_boot(
+        tmp_path: Path) -> None:
+    """A DKMS build that failed for the running kernel leaves the old module loaded; a fabric
+    manager of another release does not start (CUDA: "system not yet initialized"). Either
+    stops `pulumi up` on that node, still cordoned, with what to look at."""
+    node = gpu_node(tmp_path, gpu_driver=None)
+    ok(node.run(reboot.reboot_script(NODE, DRIVER)))
+    node.reboot()
+    node.load_gpu_driver(DGX_OS_GPU_DRIVER)
+    (node.state / "units" / f"{FABRIC_MANAGER}.active").unlink()
+    run = node.run(reboot.after_boot_script(NODE, DRIVER))
+    assert run.returncode == 1
+    assert f"GPU driver {DGX_OS_GPU_DRIVER} is loaded, not {DRIVER}" in run.stderr
+    assert f"{FABRIC_MANAGER} is not running" in run.stderr
+    assert "`dkms status`" in run.stderr
+
+
+@pytest.mark.slow
+def test_an_operator_owned_driver_on_a_host_with_its_own_is_refused_before_any_change(
+        tmp_path: Path) -> None:
+    """With driver: operator on DGX OS the operator's k8s-driver-manager finds the host's
+    driver (`nvidia-smi` answers), labels the node nvidia.com/gpu.deploy.driver=pre-installed
+    and runs no driver container: driverVersion would never run. Refused, with both fixes."""
+    operator = CLUSTER.model_copy(update={"platform": CLUSTER.platform.model_copy(update={
+        "gpu_operator": CLUSTER.platform.gpu_operator.model_copy(update={"driver": "operator"})})})
+    node = gpu_node(tmp_path, gpu_driver=None)
+    run = node.run(host_scripts.prepare_gpu_node(operator, NODE, CLUSTER_KEY))
+    assert run.returncode == 1 and run.changes == [], run.explain()
+    assert f"this host runs NVIDIA driver {DGX_OS_GPU_DRIVER} of its own" in run.stderr
+    assert "set platform.gpuOperator.driver: host" in run.stderr
+    # The operator's driver on it: the reboot chain leaves the driver alone.
+    assert "gpu-driver" not in ok(node.run(reboot.check_script(NODE, None))).stdout
 
 
 @pytest.mark.slow
@@ -239,17 +344,17 @@ def test_an_argument_added_or_dropped_needs_a_boot_and_an_unchanged_one_does_not
     node.cmdline.write_text(node.cmdline.read_text().rstrip("\n") + " iommu=pt\n")
     ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
     # DGX OS already booted with iommu=pt: staging it again needs no boot.
-    assert reboot.REBOOT_REQUIRED not in ok(node.run(reboot.check_script(NODE))).stdout
+    assert reboot.REBOOT_REQUIRED not in ok(node.run(reboot.check_script(NODE, DRIVER))).stdout
 
     added = with_args("iommu=pt", "init_on_alloc=0")
     ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, added, CLUSTER_KEY)))
-    check = ok(node.run(reboot.check_script(added))).stdout
+    check = ok(node.run(reboot.check_script(added, DRIVER))).stdout
     assert "kernel-argument:init_on_alloc=0" in check
-    ok(node.run(reboot.reboot_script(added)))
+    ok(node.run(reboot.reboot_script(added, DRIVER)))
     node.reboot()
-    ok(node.run(reboot.after_boot_script(added)))
+    ok(node.run(reboot.after_boot_script(added, DRIVER)))
 
     # Dropped again: /proc/cmdline still has it, only the changed file says a boot is due.
     ok(node.run(host_scripts.prepare_gpu_node(CLUSTER, NODE, CLUSTER_KEY)))
-    check = ok(node.run(reboot.check_script(NODE))).stdout
+    check = ok(node.run(reboot.check_script(NODE, DRIVER))).stdout
     assert f"{reboot.REBOOT_REQUIRED} staged-boot-changes" in check

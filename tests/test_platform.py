@@ -171,12 +171,12 @@ def test_helm_values_are_keys_of_the_upstream_charts(build):
 def test_a_misspelled_value_would_be_caught(tmp_path):
     rel = {r.name: r for r in platform.helm_releases(prod())}["gpu-operator"]
     values = copy.deepcopy(dict(rel.values))
-    values["driver"]["rdma"]["enable"] = values["driver"]["rdma"].pop("enabled")
+    values["toolkit"]["enable"] = values["toolkit"].pop("enabled")
     path = tmp_path / "gpu-operator.yaml"
     path.write_text(yaml.safe_dump({"values": values}))
     out = run_tool(str(TOOLS / "check_chart_values.py"),
                    str(REF / UPSTREAM_VALUES["gpu-operator"]), str(path))
-    assert out.returncode == 1 and "driver.rdma.enable" in out.stdout
+    assert out.returncode == 1 and "toolkit.enable" in out.stdout
 
 
 def _values_with(values, key: str) -> bool:
@@ -220,23 +220,27 @@ def test_ingress_waits_for_the_address_pool_and_the_operator_for_volcano(build):
 
 def test_gpu_operator_values_follow_the_config(raw):
     values = {r.name: r.values for r in platform.helm_releases(prod())}["gpu-operator"]
-    assert values["driver"]["enabled"] is True
-    assert values["driver"]["kernelModuleType"] == "open"
-    # prod: DOCA-OFED on the host (what the Lustre client's ko2iblnd is built against), and
-    # GPUDirect RDMA through DMA-BUF, which NVIDIA recommends over nvidia-peermem whenever it
-    # is supported (GPU Operator docs, "GPUDirect RDMA and GPUDirect Storage"): no peermem.
-    assert values["driver"]["rdma"] == {"enabled": False, "useHostMofed": True}
+    # prod: DGX OS ships the driver, so the hosts own it and the operator runs no driver
+    # container ("Pre-Installed NVIDIA GPU Drivers": driver.enabled=false); nothing else under
+    # `driver` (a version or upgrade policy there would describe a driver nothing runs).
+    assert values["driver"] == {"enabled": False}
     assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": True}}
     assert values["gds"] == {"enabled": True}
     assert values["migManager"] == {"enabled": False}
+    # The toolkit configures containerd's nvidia runtime whoever owns the driver.
     assert {values[k]["enabled"] for k in ("toolkit", "devicePlugin", "gfd")} == {True}
     assert values["nfd"] == {"enabled": False}  # the Network Operator's NFD serves both
-    raw["platform"]["gpuOperator"]["driver"] = "host"
+    raw["platform"]["gpuOperator"]["driver"] = "operator"
     raw["platform"]["gpuOperator"]["gpudirectStorage"] = False
-    host = {r.name: r.values for r in platform.helm_releases(validate_cluster(raw, REPO))}
-    gpu = host["gpu-operator"]
-    assert gpu["driver"]["enabled"] is False
-    assert gpu["driver"]["rdma"] == {"enabled": True, "useHostMofed": True}  # nvidia-peermem
+    operator = {r.name: r.values for r in platform.helm_releases(validate_cluster(raw, REPO))}
+    gpu = operator["gpu-operator"]
+    assert gpu["driver"]["enabled"] is True
+    assert gpu["driver"]["kernelModuleType"] == "open"
+    assert gpu["driver"]["version"] == raw["platform"]["gpuOperator"]["driverVersion"]
+    # DOCA-OFED on the host (what the Lustre client's ko2iblnd is built against), and GPUDirect
+    # RDMA through DMA-BUF, which NVIDIA recommends over nvidia-peermem whenever it is supported
+    # (GPU Operator docs, "GPUDirect RDMA and GPUDirect Storage"): no peermem.
+    assert gpu["driver"]["rdma"] == {"enabled": False, "useHostMofed": True}
     assert gpu["gds"] == {"enabled": False}
 
 

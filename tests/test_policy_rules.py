@@ -268,6 +268,10 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "helm-release-atomic": (RELEASE_GPU, rel("atomic", False), rel("timeout", 1800)),
     "component-versions-compatible": (RELEASE_NET, rel("version", "26.4.0"),
                                       rel("version", "v26.4.1")),
+    # The driver container switched back on beside the hosts' driver (prod: driver: host); the
+    # near miss is the operator's toolkit, which configures containerd whoever owns the driver.
+    "gpu-driver-one-owner": (RELEASE_GPU, lambda p: p["values"]["driver"].update(enabled=True),
+                             lambda p: p["values"]["toolkit"].update(enabled=False)),
     "fabric-facts-published": (FABRIC, lambda p: p.pop("facts"),
                                lambda p: p["facts"]["switches"].pop("spine-02")),
     "fabric-non-blocking": (FABRIC, lambda p: leaf(p).update(switchPorts=16),

@@ -18,7 +18,6 @@ from components.gpu_nodes import GpuNode
 from components.planning import lnet, platform, reboot
 from components.planning.script_files import body, single_quoted
 from components.tunables import (
-    DEFAULT_GPU_DRIVER_VERSION,
     KUBELET_SYSCTLS,
     POD_NETWORK_MODULES,
     POD_NETWORK_SYSCTLS,
@@ -78,6 +77,9 @@ BOARD_CHECK = body("host/board-check.sh")
 # before it has changed anything on the host. It leaves scratch_action (adopt, assemble or
 # create), scratch_dev and the chosen drives for part 2.
 SCRATCH_SELECT = body("host/scratch-select.sh")
+
+# Read only too: a host driver where the GPU Operator is to own the driver stops the script.
+DRIVER_OWNER = body("host/driver-owner.sh")
 
 SCRATCH_STEPS = body("host/scratch.sh")
 
@@ -331,8 +333,6 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         RAIL_HCAS="{' '.join(r.hca for r in node.rails)}"
         RAIL_NETDEVS="{' '.join(r.netdev for r in node.rails)}"
         GPU_DRIVER="{gpu_op.driver}"
-        GPU_DRIVER_BRANCH="{(gpu_op.driver_version or DEFAULT_GPU_DRIVER_VERSION).split('.')[0]}"
-        GPUDIRECT_MODE="dmabuf"
         DATA_DRIVE_COUNT="{drives['count']}"
         DATA_DRIVE_SIZE="{drives['size']}"
         DATA_DRIVE_MIN_BYTES="{drives['min']}"
@@ -353,10 +353,10 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         stack_key=stack_key,
     )
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
-    # drive selection runs first: it only reads, and stops the script before any change.
+    # checks run first: they only read, and stop the script before any change.
     scratch = node.template.data_drives is not None
-    steps = (BOARD_CHECK + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + SSHD_STEPS
-             + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
+    steps = (BOARD_CHECK + DRIVER_OWNER + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS
+             + SSHD_STEPS + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
 
 

@@ -20,7 +20,7 @@ from components.compat import (
     training_operator_pin_fix,
     training_operator_unpinned,
 )
-from components.config import Chart, ChartSource, Cluster, Platform
+from components.config import Chart, ChartSource, Cluster, GpuOperator, Platform
 from components.planning.fabric.model import FabricPlan
 from components.planning.labels import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 from components.planning.release_placement import with_placement
@@ -231,18 +231,7 @@ def _releases(cluster: Cluster) -> list[Release]:
             "operator": {"upgradeCRD": True},  # the chart's pre-upgrade hook applies the CRDs
             # Node Feature Discovery comes with the Network Operator; one instance only.
             "nfd": {"enabled": False},
-            "driver": {
-                "enabled": gpu.driver == "operator",
-                "kernelModuleType": "open",  # DMA-BUF GPUDirect RDMA needs the open modules
-                # GPUDirect RDMA through DMA-BUF (the open modules and the kernel), which
-                # NVIDIA recommends over the legacy nvidia-peermem whenever it is supported,
-                # with DOCA-OFED on the host too; the operator's driver then builds no
-                # peermem module. (A host-installed GPU driver keeps host MOFED + peermem.)
-                "rdma": {"enabled": gpu.gpudirect_rdma and host_mofed and gpu.driver == "host",
-                         "useHostMofed": host_mofed},
-                **({"version": gpu.driver_version} if gpu.driver_version else {}),
-                "upgradePolicy": DRIVER_UPGRADE_POLICY,
-            },
+            "driver": _gpu_driver_values(gpu, host_mofed),
             "toolkit": {"enabled": True},
             "devicePlugin": {"enabled": True},
             "gfd": {"enabled": True},
@@ -255,6 +244,24 @@ def _releases(cluster: Cluster) -> list[Release]:
             "custom": {"scheduler_config_override": volcano_scheduler_config()},
         }, after=("calico",)),
     ]
+
+
+def _gpu_driver_values(gpu: GpuOperator, host_mofed: bool) -> dict[str, Any]:
+    """The operator's driver container, or none when the hosts own the driver (DGX OS): the
+    operator then finds it pre-installed (GPU Operator, "Pre-Installed NVIDIA GPU Drivers"),
+    and a version or upgrade policy here would describe a driver nothing runs."""
+    if gpu.driver == "host":
+        return {"enabled": False}
+    return {
+        "enabled": True,
+        "kernelModuleType": "open",  # DMA-BUF GPUDirect RDMA needs the open modules
+        # GPUDirect RDMA through DMA-BUF (the open modules and the kernel), which NVIDIA
+        # recommends over the legacy nvidia-peermem whenever it is supported, with DOCA-OFED on
+        # the host too; the operator's driver then builds no peermem module.
+        "rdma": {"enabled": False, "useHostMofed": host_mofed},
+        **({"version": gpu.driver_version} if gpu.driver_version else {}),
+        "upgradePolicy": DRIVER_UPGRADE_POLICY,
+    }
 
 
 def adapter_rules(cluster: Cluster) -> list[dict]:

@@ -1,8 +1,10 @@
 """Planned reboots of GPU nodes (pure text, no pulumi).
 
 Host preparation stages what only a boot applies: kernel arguments, an initramfs without
-nouveau, the OS's own interface names back after a rename. `pulumi up` then takes every GPU node
-whose boot settings changed through four commands (components/bootstrap.py):
+nouveau, the OS's own interface names back after a rename; a host-owned GPU driver other than
+the pinned release is installed by the reboot step itself, once the node is drained (a driver's
+libraries replaced under running GPU pods would not match the loaded module). `pulumi up` then
+takes every GPU node whose boot settings changed through four commands (components/bootstrap.py):
 
   drain (control plane)  take the cluster-wide reboot lock, cordon, drain: only when the node is
                          a cluster member and its preparation said a reboot is required
@@ -35,35 +37,41 @@ DRAIN_TIMEOUT = "30m"
 BOOT_WAIT_DIALS = 240
 
 
-def boot_fingerprint(node: GpuNode) -> str:
-    """What the node's boot must apply (kernel arguments, the nouveau blacklist): the reboot
-    commands run again when it changes."""
-    text = "\n".join(["kernel: " + " ".join(node.template.kernel_args), NOUVEAU_BLACKLIST])
+def boot_fingerprint(node: GpuNode, host_driver: str | None) -> str:
+    """What the node's boot must apply (kernel arguments, the nouveau blacklist, the host's GPU
+    driver): the reboot commands run again when it changes."""
+    text = "\n".join(["kernel: " + " ".join(node.template.kernel_args), NOUVEAU_BLACKLIST,
+                      *([f"gpu driver: {host_driver}"] if host_driver else [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-
-def _node_script(name: str, node: GpuNode, title: str, **values: str) -> str:
+def _node_script(name: str, node: GpuNode, title: str, host_driver: str | None,
+                 **values: str) -> str:
     return template(f"reboot/{name}.sh", title=title, node=node.hostname,
-                    kernel_args=" ".join(node.template.kernel_args), **values)
+                    kernel_args=" ".join(node.template.kernel_args),
+                    gpu_driver=host_driver or "", **values)
 
 
-def check_script(node: GpuNode) -> str:
+def check_script(node: GpuNode, host_driver: str | None) -> str:
     """On the node, after its preparation: prints the REBOOT_REQUIRED line when it must boot
-    again (the drain acts on it), changes nothing."""
-    return _node_script("check", node, "Reboot check", reboot_required=REBOOT_REQUIRED)
+    again (the drain acts on it), changes nothing. `host_driver`: the GPU driver release the
+    host owns (platform.gpuOperator.driver: host), None when the GPU Operator owns it."""
+    return _node_script("check", node, "Reboot check", host_driver,
+                        reboot_required=REBOOT_REQUIRED)
 
 
-def reboot_script(node: GpuNode) -> str:
-    """On the node: schedule the reboot a minute out (so this command returns cleanly) and
-    record the boot it leaves; nothing when no reboot is required."""
-    return _node_script("reboot", node, "Planned reboot")
+def reboot_script(node: GpuNode, host_driver: str | None) -> str:
+    """On the node, drained: install the pinned host GPU driver when another one is loaded,
+    schedule the reboot a minute out (so this command returns cleanly) and record the boot it
+    leaves; nothing when no reboot is required."""
+    return _node_script("reboot", node, "Planned reboot", host_driver)
 
 
-def after_boot_script(node: GpuNode) -> str:
+def after_boot_script(node: GpuNode, host_driver: str | None) -> str:
     """On the node, once it answers again: a new boot, the kernel arguments in effect, every
-    rail's interface present; then the staged state is settled."""
-    return _node_script("after-boot", node, "Check after the planned reboot",
+    rail's interface present, the pinned GPU driver loaded with its fabric manager running;
+    then the staged state is settled."""
+    return _node_script("after-boot", node, "Check after the planned reboot", host_driver,
                         netdevs=" ".join(r.netdev for r in node.rails))
 
 

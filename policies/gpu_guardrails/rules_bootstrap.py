@@ -186,3 +186,48 @@ def component_versions_compatible(args: StackValidationArgs, report: Report) -> 
     if vol and _semver(vol[0]) < _semver(compat_data.VOLCANO_HYPERNODE[0]):
         report(f"Volcano {vol[0]} predates HyperNode scheduling "
                f"({compat_data.VOLCANO_HYPERNODE[0]})", vol[1])
+
+
+# The GPU driver release the hosts own, as each GPU node's planned-reboot scripts carry it
+# (empty: the GPU Operator's driver container owns it).
+_HOST_DRIVER = re.compile(r'^GPU_DRIVER_VERSION="([^"]*)"$', re.M)
+
+
+@stack_rule(
+    "gpu-driver-one-owner",
+    "The GPU driver has one owner: the hosts or the GPU Operator's driver container",
+    MANDATORY,
+)
+def gpu_driver_one_owner(args: StackValidationArgs, report: Report) -> None:
+    """On a host with its own driver (DGX OS ships one) the GPU Operator's driver manager finds
+    it and runs no driver container (nvidia.com/gpu.deploy.driver=pre-installed), so an
+    enabled driver container beside host-installed drivers means its version and upgrade
+    policy describe nothing that runs; a disabled one with no host driver leaves every GPU
+    without a driver; a version on a disabled driver is a pin nothing reads."""
+    host: set[str] = set()
+    chained = False
+    release: tuple[Any, str] | None = None
+    for r in args.resources:
+        if r.resource_type == "command:remote:Command":
+            stdin = get(r.props, "stdin")
+            for m in _HOST_DRIVER.finditer(stdin if isinstance(stdin, str) else ""):
+                chained = True
+                host |= {m.group(1)} - {""}
+        elif r.resource_type.endswith(":Release") and chart_name(r.props) == "gpu-operator":
+            release = (get(r.props, "values", "driver") or {}, r.urn)
+    if release is None:
+        return
+    driver, urn = release
+    enabled = driver.get("enabled", True) is not False  # the chart's default: enabled
+    if enabled and host:
+        report(f"the hosts install GPU driver {', '.join(sorted(host))} and the GPU Operator "
+               "runs its driver container too: it finds the host driver, runs none, and its "
+               "version and upgrade policy describe nothing that runs; set "
+               "platform.gpuOperator.driver to one owner", urn)
+    if not enabled and chained and not host:
+        report("the GPU Operator's driver container is disabled and no host installs a GPU "
+               "driver: set platform.gpuOperator.driver: host with a driverVersion, or enable "
+               "the operator's driver", urn)
+    if not enabled and driver.get("version"):
+        report(f"driver.version {driver['version']} is set on a disabled driver container: a "
+               "pin nothing runs (the hosts' driver is platform.gpuOperator.driverVersion)", urn)

@@ -134,14 +134,23 @@ for a in "$@"; do
     echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2
     exit 100
   fi
+  case "$name" in  # one driver branch at a time: the packages conflict
+    nvidia-driver-*-server-open) rm -f "$S"/pkgs/nvidia-driver-*-server-open ;;
+    nvidia-fabricmanager-*) rm -f "$S"/pkgs/nvidia-fabricmanager-* ;;
+    libnvidia-nscq-*) rm -f "$S"/pkgs/libnvidia-nscq-* ;;
+  esac
   printf '%s\n' "$version" > "$S/pkgs/$name"
   case "$name" in kubelet) mkdir -p /etc/kubernetes/manifests ;; esac
 done
 """,
     "apt-mark": r"""
-[ "${1-}" = hold ] || exit 0
-shift
-for p in "$@"; do touch "$S/held/$p"; done
+verb=${1-}; shift || true
+case "$verb" in
+  hold) for p in "$@"; do touch "$S/held/$p"; done ;;
+  unhold) for p in "$@"; do rm -f "$S/held/$p"; done ;;
+  showhold) for p in "$S"/held/*; do [ -e "$p" ] && echo "${p##*/}"; done ;;
+esac
+exit 0
 """,
     "dpkg": r"""
 case "${1-}" in
@@ -185,6 +194,7 @@ case "$unit" in
   containerd) pkgs="containerd containerd.io" ;;
   lnet) pkgs=lustre-client-utils ;;
   ssh) pkgs=openssh-server ;;
+  nvidia-fabricmanager) pkgs=$(cd "$S/pkgs" && echo nvidia-fabricmanager-*) ;;
   *) pkgs=$unit ;;
 esac
 exists=0
@@ -1145,6 +1155,23 @@ class Sandbox:
         else:
             flag.unlink(missing_ok=True)
 
+    def install_gpu_driver(self, version: str) -> None:
+        """A GPU driver release installed (its driver, fabric manager and NSCQ packages, as
+        DGX OS installs them), loaded, and its fabric manager running."""
+        branch = version.split(".")[0]
+        for pkg in (f"nvidia-driver-{branch}-server-open", f"nvidia-fabricmanager-{branch}",
+                    f"libnvidia-nscq-{branch}"):
+            (self.state / "pkgs" / pkg).write_text(f"{version}-0ubuntu1\n")
+        for flag in ("enabled", "active"):
+            (self.state / "units" / f"nvidia-fabricmanager.{flag}").touch()
+        self.load_gpu_driver(version)
+
+    def load_gpu_driver(self, version: str) -> None:
+        """The NVIDIA kernel module of this boot (/sys/module/nvidia/version)."""
+        module = self.root / "sys/module/nvidia"
+        module.mkdir(parents=True, exist_ok=True)
+        (module / "version").write_text(version + "\n")
+
     def reboot(self) -> None:
         """Power-cycle: arrays, mounts, modules and /tmp go; disks, /etc and packages stay.
         A kernel command line staged with update-grub takes effect; fstab swap comes back.
@@ -1171,6 +1198,11 @@ class Sandbox:
             (self.state / "swap").touch()
         self.boot_id.write_text(str(uuid_lib.uuid4()) + "\n")
         (self.state / "shutdown-scheduled").unlink(missing_ok=True)
+        # The boot loads the installed NVIDIA driver's module and starts the enabled units.
+        for pkg in (self.state / "pkgs").glob("nvidia-driver-*-server-open"):
+            self.load_gpu_driver(pkg.read_text().strip().split("-")[0])
+        for unit in (self.state / "units").glob("*.enabled"):
+            unit.with_suffix(".active").touch()
         for pci in self.hcas.values():
             self._name_netdev(pci)
         grub = self.root / "etc/default/grub.d/90-gpu-cluster.cfg"
@@ -1355,13 +1387,21 @@ DGX_H100_RAIL_NETDEVS = ("ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0",
                          "ibp206s0", "ibp220s0")
 
 
-def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = ()) -> DgxStorage:
+# The GPU driver a DGX OS install came with (a stand-in release of the R570 branch), until the
+# stack installs the pinned one.
+DGX_OS_GPU_DRIVER = "570.172.08"
+
+
+def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = (),
+             gpu_driver: str = DGX_OS_GPU_DRIVER) -> DgxStorage:
     """DGX OS on a DGX H100: / on md0, a RAID1 of the M.2 drives' second partitions, the EFI
-    partition of the first at /boot/efi. With `data_array` (DGX OS's default) the U.2 data
-    drives are md1, a RAID0 with ext4 mounted at /raid; without it they are blank. `missing`:
+    partition of the first at /boot/efi; its GPU driver and fabric manager running. With
+    `data_array` (DGX OS's default) the U.2 data drives are md1, a RAID0 with ext4 mounted at
+    /raid; without it they are blank. `missing`:
     data drives (kernel names) that are not there (failed, unseated)."""
     drives = dgx_h100_drives(missing)
     os_drives, present = drives.os_drives, drives.data_drives
+    sb.install_gpu_driver(gpu_driver)
     for drive in os_drives + present:
         sb.add_nvme(drive)
     sb.add_array("md0", 1, [f"{d.name}p2" for d in os_drives], fs="ext4")
@@ -1431,11 +1471,12 @@ def prod_scripts() -> dict[str, str]:
                 for n in cluster.nodes}
     for n in cluster.nodes:
         h = n.hostname
-        scripts |= {f"{h}/planned-reboot/1-check.sh": reboot.check_script(n),
+        driver = cluster.platform.gpu_operator.host_driver
+        scripts |= {f"{h}/planned-reboot/1-check.sh": reboot.check_script(n, driver),
                     f"{h}/planned-reboot/2-drain.sh": reboot.drain_script(
                         h, cluster.kubernetes.gang_wait_minutes * 60),
-                    f"{h}/planned-reboot/3-reboot.sh": reboot.reboot_script(n),
-                    f"{h}/planned-reboot/4-after-boot.sh": reboot.after_boot_script(n),
+                    f"{h}/planned-reboot/3-reboot.sh": reboot.reboot_script(n, driver),
+                    f"{h}/planned-reboot/4-after-boot.sh": reboot.after_boot_script(n, driver),
                     f"{h}/planned-reboot/5-uncordon.sh": reboot.uncordon_script(h)}
     creds = cluster.credentials
     keys = ssh_keys.authorized_keys_script(

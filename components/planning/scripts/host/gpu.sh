@@ -15,10 +15,7 @@ if write_if_changed "$grub_file" \
 fi
 settle grub update-grub
 
-# --- drivers: host-installed or left to the GPU and Network Operators ------------------------
-if [ "$GPU_DRIVER" = host ] && ! dpkg -s "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" >/dev/null 2>&1; then
-  apt-get install -y "nvidia-driver-$GPU_DRIVER_BRANCH-server-open" nvidia-fabricmanager-"$GPU_DRIVER_BRANCH"
-fi
+# --- nouveau never holds the GPUs ------------------------------------------------------------
 if [ "$GPU_DRIVER" = operator ] && [ -d /sys/module/nouveau ]; then
   log "nouveau is loaded; blacklisting it for the operator-managed driver"
 fi
@@ -26,11 +23,8 @@ if write_if_changed /etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf "$NOUVEAU
   mark initramfs
   if [ -d /sys/module/nouveau ]; then mark reboot; fi  # it holds the GPUs until the next boot
 fi
-# GPUDirect RDMA: DMA-BUF needs the open kernel modules and nothing else; nvidia-peermem is only
-# loaded when the platform asks for it (legacy MLNX_OFED stacks).
-if [ "$GPUDIRECT_MODE" = peermem ] && [ "$GPU_DRIVER" = host ] && [ ! -d /sys/module/nvidia_peermem ]; then
-  modprobe nvidia-peermem
-fi
+# GPUDirect RDMA goes through DMA-BUF (the open kernel modules and the host's DOCA-OFED), so
+# no nvidia-peermem module is loaded.
 
 # --- rail interfaces: the names the OS gives them (DGX OS: ibp<bus>s<slot>), never renamed -----
 # Renaming into the kernel's ibN namespace races with the kernel at boot (systemd.link(5));

@@ -24,10 +24,21 @@ done
 for dev in $RAIL_NETDEVS; do
   [ -e "/sys/class/net/$dev" ] || problems="$problems; no rail interface $dev"
 done
+if [ -n "$GPU_DRIVER_VERSION" ]; then
+  if [ "$(loaded_gpu_driver)" != "$GPU_DRIVER_VERSION" ]; then
+    problems="$problems; GPU driver $(loaded_gpu_driver) is loaded, not $GPU_DRIVER_VERSION"
+  fi
+  # The NVSwitch fabric is brought up by the fabric manager; without it CUDA reports
+  # "system not yet initialized" on every GPU.
+  systemctl is-active --quiet nvidia-fabricmanager \
+    || problems="$problems; nvidia-fabricmanager is not running"
+fi
 if [ -n "$problems" ]; then
   echo "after the reboot:${problems#;}" >&2
-  echo "  fix: compare /etc/default/grub.d/90-gpu-cluster.cfg with /proc/cmdline and" \
-    "\`ibdev2netdev\` with gpuNodes netdevs, then run pulumi up again" >&2
+  echo "  fix: compare /etc/default/grub.d/90-gpu-cluster.cfg with /proc/cmdline," \
+    "\`ibdev2netdev\` with gpuNodes netdevs, \`dkms status\` and" \
+    "\`journalctl -u nvidia-fabricmanager\` with the pinned driver, then run pulumi up again" >&2
   exit 1
 fi
-log "kernel arguments and rail interfaces as configured"
+log "kernel arguments, rail interfaces${GPU_DRIVER_VERSION:+ and GPU driver $GPU_DRIVER_VERSION}" \
+  "as configured"
