@@ -234,8 +234,21 @@ class GpuOperator(Chart):
         return self.driver_version if self.driver == "host" else None
 
 
+class AptSource(Model):
+    """A flat apt repository (`deb [signed-by=…] <url> ./`) the stack writes on the hosts, and
+    the OpenPGP key that signs it, pinned by fingerprint: the vendor's, or a site-local
+    mirror's. Host preparation checks the key and the repository's index before it changes
+    anything."""
+
+    url: str = Field(pattern=r"^https://\S+/$")
+    key_url: str = Field(pattern=r"^https://\S+$")
+    key_fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
+
+
 class NetworkOperator(Chart):
     ofed: Literal["operator", "host"] = "operator"
+    # Where host DOCA-OFED (`ofed: host`) comes from: one DOCA release per repository.
+    doca_source: AptSource | None = None
     rdma_resource_prefix: str = Field("rdma", pattern=r"^[a-z][-a-z0-9.]*$")
     rdma_resource_name: str = Field("ib", pattern=r"^[a-z][_a-z0-9]*$")
 
@@ -314,9 +327,11 @@ class LnetAddresses(Model):
 
 class LustreClient(Model):
     """The host Lustre client: Debian version of lustre-client-utils and
-    lustre-client-modules-dkms (the DKMS modules build against the host's DOCA-OFED)."""
+    lustre-client-modules-dkms (the DKMS modules build against the host's DOCA-OFED), and the
+    repository that serves them."""
 
     version: str = Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.+~]+)?$")
+    source: AptSource
 
 
 class Storage(Model):

@@ -10,7 +10,6 @@ changed address reloads LNet once.
 from __future__ import annotations
 
 import ipaddress
-import re
 from pathlib import Path
 
 import pytest
@@ -255,14 +254,3 @@ def test_a_failed_import_is_retried_by_the_next_run(tmp_path, prod):
     retry = ok(sb.run(script))
     assert retry.count("lnetctl", "import", "/etc/lnet.conf") == 1
     assert ok(sb.run(script)).changes == []
-
-
-@pytest.mark.slow
-@needs_sandbox
-def test_a_host_without_doca_ofed_stops_before_installing_the_client(tmp_path, prod):
-    sb, script = gpu_host(tmp_path, prod)
-    (sb.bin / "ofed_info").write_text("#!/bin/bash\nexit 127\n")
-    run = sb.run(script)
-    assert run.returncode != 0 and "no host DOCA-OFED" in run.stderr
-    assert not any("lustre-client-utils" in " ".join(c) for c in run.calls)
-    assert not re.search(r"lustre", " ".join(" ".join(c) for c in run.find("apt-get")))

@@ -13,7 +13,7 @@ from ipaddress import ip_address
 from textwrap import dedent
 from typing import Literal
 
-from components.config import Cluster, Host
+from components.config import AptSource, Cluster, Host
 from components.gpu_nodes import GpuNode
 from components.planning import lnet, platform, reboot
 from components.planning.script_files import body, single_quoted
@@ -78,8 +78,12 @@ BOARD_CHECK = body("host/board-check.sh")
 # create), scratch_dev and the chosen drives for part 2.
 SCRATCH_SELECT = body("host/scratch-select.sh")
 
-# Read only too: a host driver where the GPU Operator is to own the driver stops the script.
+# Read only too: a host driver where the GPU Operator is to own the driver stops the script,
+# and so does a package repository that does not serve what the host still needs.
 DRIVER_OWNER = body("host/driver-owner.sh")
+PACKAGE_SOURCES = body("host/package-sources.sh")
+# Functions (no change) for the repositories whose signing keys are pinned.
+APT_KEYS = body("host/apt-keys.sh")
 
 SCRATCH_STEPS = body("host/scratch.sh")
 
@@ -322,6 +326,13 @@ def _lnet_env(cluster: Cluster, node: GpuNode) -> str:
     return "".join(f"{name}={single_quoted(text, name)}\n" for name, text in files.items())
 
 
+def _source_env(name: str, source: AptSource | None) -> str:
+    """The header lines of one package source (empty values: none configured)."""
+    return (f'{name}_URL="{source.url if source else ""}"\n'
+            f'{name}_KEY_URL="{source.key_url if source else ""}"\n'
+            f'{name}_KEY_FPR="{source.key_fingerprint if source else ""}"\n')
+
+
 def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
 
     gpu_op = cluster.platform.gpu_operator
@@ -344,7 +355,9 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         LNET_IFACES="{' '.join(r.netdev for r in node.rails)}"
         LUSTRE_CLIENT_VERSION="{cluster.storage.lustre_client.version}"
         """
-    ) + f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n" + _lnet_env(cluster, node) + (
+    ) + _source_env("LUSTRE", cluster.storage.lustre_client.source) + _source_env(
+        "DOCA", cluster.platform.network_operator.doca_source) + (
+        f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n") + _lnet_env(cluster, node) + (
         _hardening_env(cluster, "gpu-worker", node.hostname, node.management_ip, stack_key))
     header = HEADER.format(
         title="Host preparation (GPU node)",
@@ -355,8 +368,9 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
     # checks run first: they only read, and stop the script before any change.
     scratch = node.template.data_drives is not None
-    steps = (BOARD_CHECK + DRIVER_OWNER + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS
-             + SSHD_STEPS + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
+    steps = (APT_KEYS + BOARD_CHECK + DRIVER_OWNER + PACKAGE_SOURCES
+             + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + SSHD_STEPS + FIREWALL_STEPS
+             + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
 
 
@@ -379,8 +393,8 @@ def prepare_host(cluster: Cluster, host: Host, stack_key: str) -> str:
     env = _hardening_env(cluster, host.role, host.hostname, host.management_ip, stack_key)
     done = 'log "host preparation complete"\n'
     if host.role == "control-plane":
-        return (header + _common_env(cluster) + env + KUBE_PREREQS + SSHD_STEPS + FIREWALL_STEPS
-                + done)
+        return (header + _common_env(cluster) + env + APT_KEYS + KUBE_PREREQS + SSHD_STEPS
+                + FIREWALL_STEPS + done)
     if host.role == "sm-host":
         return header + env + CHANGE_TRACKING + dedent(
             """\

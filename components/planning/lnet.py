@@ -87,6 +87,14 @@ def config_problems(cluster: Cluster) -> Iterator[tuple[str, Any, str, str]]:
                "pre-flight check stops on lustre -> ko2iblnd -> ib_core: Lustre cannot mount",
                "set ofed: host (DOCA-OFED installed on the host; the Lustre client's DKMS "
                "modules build against it, see docs/hosts.md 'Lustre client and LNet')")
+    elif cluster.platform.network_operator.doca_source is None:
+        yield ("platform.networkOperator.docaSource", None,
+               "is unset: with ofed: host every GPU node installs DOCA-OFED (the RDMA stack the "
+               "Lustre client's ko2iblnd is built against) and nothing says from where",
+               "name the DOCA repository and its signing key: docaSource: {url: "
+               "https://linux.mellanox.com/public/repo/doca/<release>/ubuntu22.04/x86_64/, "
+               "keyUrl: …/GPG-KEY-Mellanox.pub, keyFingerprint: <as gpg --show-keys prints "
+               "it>} or a site mirror's (docs/hosts.md, 'Package sources')")
     la = cluster.storage.lnet_addresses
     path = "storage.lnetAddresses"
     if not la.client_range.subnet_of(la.cidr):

@@ -30,6 +30,7 @@ import uuid as uuid_lib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from support.project import REPO
 
@@ -79,13 +80,17 @@ STUBS: dict[str, str] = {
     # the real signing key. The stub's key format: one "stub-key <fingerprint> [<expiry>]" line per
     # primary key, between the armor lines.
     "curl": r"""
-out=
+out='' url=''
 while [ $# -gt 0 ]; do
-  case "$1" in -o|--output) out=$2; shift ;; esac
+  case "$1" in -o|--output) out=$2; shift ;; -*) ;; *) url=$1 ;; esac
   shift
 done
+page="$S/web/$(printf '%s' "$url" | tr '/:' '__')"
 served() {
-  if [ -e "$S/release-key" ]; then cat "$S/release-key"; else
+  if [ -e "$page" ]; then cat "$page"
+  elif [ "$url" = "${url#https://pkgs.k8s.io/}" ]; then
+    echo "curl: (6) Could not resolve host: $(cut -d/ -f3 <<<"$url")" >&2; return 6
+  elif [ -e "$S/release-key" ]; then cat "$S/release-key"; else
     printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nstub-key %s\n%s\n' __K8S_KEY_FPR__ \
       '-----END PGP PUBLIC KEY BLOCK-----'
   fi
@@ -832,15 +837,27 @@ esac
 exit 0
 """,
     # DOCA-OFED on the host, as `ofed_info -s` reports it.
+    # DOCA-OFED's: only once doca-ofed is installed (DGX OS runs the kernel's own RDMA stack).
     "ofed_info": r"""
-echo "OFED-internal-25.10-1.2.8:"
+[ -e "$S/pkgs/doca-ofed" ] || { echo "ofed_info: command not found" >&2; exit 127; }
+echo "OFED-internal-24.10-2.1.8:"
+""",
+    # `dkms status -m M -k K`: a module is built for the running kernel once its -dkms package
+    # is installed (mlnx-ofed-kernel comes with doca-ofed), unless the test failed its build.
+    "dkms": r"""
+m='' k=''
+while [ $# -gt 0 ]; do case "$1" in -m) m=$2; shift ;; -k) k=$2; shift ;; esac; shift; done
+case "$m" in mlnx-ofed-kernel) pkg=doca-ofed ;; *) pkg=$m-dkms ;; esac
+if [ -e "$S/pkgs/$pkg" ] && [ ! -e "$S/dkms-failed-$m" ]; then
+  echo "$m/$(cut -d- -f1 "$S/pkgs/$pkg"), ${k:-$(uname -r)}, x86_64: installed"
+fi
 """,
     "netplan": "",
     "wget": "",
 }
 
 # Calls that only read state; every other stubbed call changes the host.
-READ_ONLY = {"dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt", "sminfo",
+READ_ONLY = {"dkms", "dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt", "sminfo",
              "sleep", "ofed_info", "ss"}
 READ_ONLY_VERBS = {
     "systemctl": {"is-enabled", "is-active", "status", "show", "cat"},
@@ -1107,6 +1124,28 @@ class Sandbox:
             (self.root / "sys/block" / path / "holders" / md).unlink(missing_ok=True)
         shutil.rmtree(block)
         (self.state / "dev" / md).unlink(missing_ok=True)
+
+    def serve(self, url: str, text: str | None) -> None:
+        """What an HTTPS URL answers (curl); None, or a URL never served: it does not resolve,
+        as on a site that forbids the host to reach it."""
+        page = self.state / "web" / url.replace("/", "_").replace(":", "_")
+        page.parent.mkdir(exist_ok=True)
+        if text is None:
+            page.unlink(missing_ok=True)
+        else:
+            page.write_text(text)
+
+    def serve_apt_source(self, source: Any, packages: Mapping[str, str],
+                         key_fingerprint: str | None = None) -> None:
+        """A flat apt repository (config.AptSource): its signing key (by default the pinned
+        one) and its index listing `packages` (name -> version)."""
+        self.serve(source.key_url, "\n".join([
+            "-----BEGIN PGP PUBLIC KEY BLOCK-----",
+            f"stub-key {key_fingerprint or source.key_fingerprint}",
+            "-----END PGP PUBLIC KEY BLOCK-----"]) + "\n")
+        self.serve(source.url + "Packages", "".join(
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n\n"
+            for name, version in packages.items()))
 
     def serve_release_key(self, *keys: tuple[str, int | None]) -> None:
         """What pkgs.k8s.io serves as Release.key: these (fingerprint, expiry) primary keys."""
@@ -1387,21 +1426,41 @@ DGX_H100_RAIL_NETDEVS = ("ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0",
                          "ibp206s0", "ibp220s0")
 
 
+# What the prod stack's package mirrors serve, by the real package names: DOCA 2.9.3 LTS's
+# (doca-ofed, with mlnx-ofed-kernel-dkms, the DKMS build that puts the host OFED's headers under
+# /usr/src/ofa_kernel) and the Lustre client lustre-release's debian/control names.
+DOCA_PACKAGES = {"doca-ofed": "2.9.3-0.4.2", "mlnx-ofed-kernel-dkms": "24.10.OFED.24.10.3.2.5.1-1"}
+
+
+def site_mirrors(sb: Sandbox) -> None:
+    """The prod stack's DOCA and Lustre repositories, answering this host."""
+    cluster = prod_cluster()
+    sb.serve_apt_source(cluster.platform.network_operator.doca_source, DOCA_PACKAGES)
+    version = cluster.storage.lustre_client.version
+    sb.serve_apt_source(cluster.storage.lustre_client.source, {
+        "lustre-client-utils": version, "lustre-client-modules-dkms": version})
+
+
 # The GPU driver a DGX OS install came with (a stand-in release of the R570 branch), until the
 # stack installs the pinned one.
 DGX_OS_GPU_DRIVER = "570.172.08"
 
 
 def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = (),
-             gpu_driver: str = DGX_OS_GPU_DRIVER) -> DgxStorage:
+             gpu_driver: str = DGX_OS_GPU_DRIVER, doca: bool = True) -> DgxStorage:
     """DGX OS on a DGX H100: / on md0, a RAID1 of the M.2 drives' second partitions, the EFI
-    partition of the first at /boot/efi; its GPU driver and fabric manager running. With
+    partition of the first at /boot/efi; its GPU driver and fabric manager running, and (with
+    `doca`) DOCA-OFED installed and built for its kernel; the site's mirrors answer. With
     `data_array` (DGX OS's default) the U.2 data drives are md1, a RAID0 with ext4 mounted at
     /raid; without it they are blank. `missing`:
     data drives (kernel names) that are not there (failed, unseated)."""
     drives = dgx_h100_drives(missing)
     os_drives, present = drives.os_drives, drives.data_drives
     sb.install_gpu_driver(gpu_driver)
+    if doca:
+        for name, version in DOCA_PACKAGES.items():
+            (sb.state / "pkgs" / name).write_text(version + "\n")
+    site_mirrors(sb)
     for drive in os_drives + present:
         sb.add_nvme(drive)
     sb.add_array("md0", 1, [f"{d.name}p2" for d in os_drives], fs="ext4")

@@ -55,24 +55,51 @@ for hca in $RAIL_HCAS; do
   rail=$((rail + 1))
 done
 
-# --- Lustre client and LNet over InfiniBand (docs/hosts.md, "Lustre client and LNet") --------
-# The client's DKMS modules build ko2iblnd against the RDMA stack on the host, so the host's
-# DOCA-OFED comes first (the config refuses the Network Operator's driver container, which
-# replaces ib_core at run time).
+# --- DOCA-OFED, then the Lustre client built against it (docs/hosts.md, "Package sources") ---
+# The client's DKMS modules build ko2iblnd against the RDMA stack they find: the host's
+# DOCA-OFED (mlnx-ofed-kernel's DKMS build) only when it is there first, else the kernel's own,
+# which the Lustre client would then need at run time. So DOCA-OFED comes first (the config
+# refuses the Network Operator's driver container, which replaces ib_core at run time).
+doca_keyring=/etc/apt/keyrings/gpu-cluster-doca.gpg
+doca_installed=0
 if ! ofed_info -s >/dev/null 2>&1; then
-  echo "LNet: no host DOCA-OFED (ofed_info fails); install DOCA-OFED on this host first:" \
-    "the Lustre client's ko2iblnd is built against it" >&2
+  install_pinned_key DOCA "$DOCA_KEY_URL" "$DOCA_KEY_FPR" "$doca_keyring"
+  apt_source gpu-cluster-doca "deb [signed-by=$doca_keyring] $DOCA_URL ./"
+  apt_update_if_changed
+  log "installing DOCA-OFED from $DOCA_URL"
+  apt-get install -y doca-ofed
+  mark reboot  # the boot replaces the kernel's own RDMA modules with DOCA's
+  doca_installed=1
+fi
+dkms_built() { dkms status -m "$1" -k "$(uname -r)" 2>/dev/null | grep -q ': installed'; }
+if ! dkms_built mlnx-ofed-kernel; then
+  echo "DOCA-OFED: mlnx-ofed-kernel has no DKMS build for kernel $(uname -r) (dkms status)," \
+    "so the Lustre client would build ko2iblnd against the kernel's own RDMA stack" >&2
+  echo "  fix: install linux-headers-$(uname -r), run dkms autoinstall, then pulumi up again" >&2
   exit 1
 fi
+lustre_keyring=/etc/apt/keyrings/gpu-cluster-lustre.gpg
 lustre_pkg() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
 if [ "$(lustre_pkg lustre-client-utils)" != "$LUSTRE_CLIENT_VERSION" ] \
     || [ "$(lustre_pkg lustre-client-modules-dkms)" != "$LUSTRE_CLIENT_VERSION" ]; then
+  install_pinned_key Lustre "$LUSTRE_KEY_URL" "$LUSTRE_KEY_FPR" "$lustre_keyring"
+  apt_source gpu-cluster-lustre "deb [signed-by=$lustre_keyring] $LUSTRE_URL ./"
+  apt_update_if_changed
   log "installing the Lustre client $LUSTRE_CLIENT_VERSION"
   apt-get install -y --allow-change-held-packages "lustre-client-utils=$LUSTRE_CLIENT_VERSION" \
     "lustre-client-modules-dkms=$LUSTRE_CLIENT_VERSION"
   apt-mark hold lustre-client-utils lustre-client-modules-dkms
   mark lnet
 fi
+# Its postinst ignores a failed DKMS build (`dkms … || true`): checked here instead.
+if ! dkms_built lustre-client-modules; then
+  echo "Lustre client: lustre-client-modules has no DKMS build for kernel $(uname -r)" \
+    "(dkms status); Lustre cannot mount" >&2
+  echo "  fix: read /var/lib/dkms/lustre-client-modules/*/build/make.log, then pulumi up" \
+    "again" >&2
+  exit 1
+fi
+# --- LNet over InfiniBand (docs/hosts.md, "Lustre client and LNet") --------------------------
 # LNet is configured by `lnetctl import` alone: lnet module options would configure it twice.
 if [ -e /etc/modprobe.d/lustre.conf ]; then rm -f /etc/modprobe.d/lustre.conf; mark lnet; fi
 # The rails' IPoIB addresses (netplan, as DGX OS configures networking), one routing table per
@@ -97,11 +124,12 @@ lnet_apply() {
 }
 lnet_missing=""
 for ifc in $LNET_IFACES; do
-  [ -e "/sys/class/net/$ifc" ] || lnet_missing="$lnet_missing $ifc"
+  [ -e "/sys/class/net/$ifc" ] || lnet_missing="$lnet_missing no $ifc"
 done
+if [ "$doca_installed" = 1 ]; then lnet_missing="$lnet_missing (DOCA-OFED not loaded)"; fi
 if [ -n "$lnet_missing" ]; then
-  log "LNet: no interface$lnet_missing until the planned reboot, whose boot applies the" \
-    "addresses, sysctls and LNet (netplan, sysctl, lnet.service imports /etc/lnet.conf)"
+  log "LNet: not before the planned reboot:$lnet_missing; its boot applies the addresses," \
+    "sysctls and LNet (netplan, sysctl, lnet.service imports /etc/lnet.conf)"
 else
   settle lnet-addresses netplan apply
   settle lnet-sysctl sysctl -p /etc/sysctl.d/91-gpu-cluster-lnet.conf

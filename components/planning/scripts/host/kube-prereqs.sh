@@ -45,50 +45,11 @@ settle containerd systemctl restart containerd
 systemctl is-enabled --quiet containerd || systemctl enable --now containerd
 
 # --- Kubernetes package repository (pkgs.k8s.io keeps one repository per minor version) -------
-# Its signing key is pinned by fingerprint (KUBE_KEY_FPR): a downloaded Release.key is installed
-# only when it holds exactly that one primary key. An installed keyring is fetched again when it
-# does not hold the pinned key alone, or when that key has expired (the project extends the
-# expiry of the same key).
+# Its signing key is pinned by fingerprint (KUBE_KEY_FPR; apt-keys.sh).
 kube_keyring=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-kube_key() {  # key file -> "<fingerprint> <expiry, 0: none>" of its only primary key, else nothing
-  gpg --show-keys --with-colons "$1" 2>/dev/null | awk -F: '
-    $1 == "pub" { n++; expiry = $7; want = 1; next }
-    $1 == "fpr" && want { fpr = $10; want = 0 }
-    END { if (n == 1) print fpr, (expiry == "" ? 0 : expiry) }' || true
-}
-kube_key_current() {  # key file -> 0 when it holds the pinned key alone, unexpired
-  local fpr="" expiry=""
-  read -r fpr expiry <<<"$(kube_key "$1")" || true
-  [ "$fpr" = "$KUBE_KEY_FPR" ] && { [ "${expiry:-0}" = 0 ] || [ "$expiry" -gt "$(date +%s)" ]; }
-}
-kube_apt_update=0
-if [ ! -f "$kube_keyring" ] || ! kube_key_current "$kube_keyring"; then
-  kube_tmp="$(mktemp -d)"
-  curl -fsSL -o "$kube_tmp/Release.key" "$KUBE_REPO/Release.key"
-  kube_got=""
-  read -r kube_got _ <<<"$(kube_key "$kube_tmp/Release.key")" || true
-  if [ "$kube_got" != "$KUBE_KEY_FPR" ]; then
-    rm -rf "$kube_tmp"
-    echo "$KUBE_REPO/Release.key is not the pinned pkgs.k8s.io signing key: its fingerprint is" \
-      "${kube_got:-none (no key, or more than one)}, the pinned one $KUBE_KEY_FPR;" \
-      "nothing was installed" >&2
-    exit 1
-  fi
-  gpg --batch --yes --dearmor -o "$kube_tmp/keyring.gpg" "$kube_tmp/Release.key"
-  if ! cmp -s "$kube_tmp/keyring.gpg" "$kube_keyring"; then
-    install -d -m 0755 /etc/apt/keyrings
-    install -m 0644 "$kube_tmp/keyring.gpg" "$kube_keyring"
-    kube_apt_update=1
-  fi
-  rm -rf "$kube_tmp"
-fi
-if ! grep -qsF "$KUBE_REPO/ /" /etc/apt/sources.list.d/kubernetes.list; then
-  install -d -m 0755 /etc/apt/sources.list.d
-  printf 'deb [signed-by=%s] %s/ /\n' "$kube_keyring" "$KUBE_REPO" \
-    > /etc/apt/sources.list.d/kubernetes.list
-  kube_apt_update=1
-fi
-if [ "$kube_apt_update" = 1 ]; then apt-get update; fi
+install_pinned_key pkgs.k8s.io "$KUBE_REPO/Release.key" "$KUBE_KEY_FPR" "$kube_keyring"
+apt_source kubernetes "deb [signed-by=$kube_keyring] $KUBE_REPO/ /"
+apt_update_if_changed
 
 # --- kubeadm, kubelet, kubectl pinned to the cluster's Kubernetes version -------------------
 # Installed once. A different version on a running host is an upgrade: kubeadm first, the
