@@ -105,6 +105,16 @@ class Partition(Model):
     port_guids: tuple[Guid, ...] = ()
 
 
+class StorageServer(Model):
+    """A storage server (Lustre MGS/MDS/OSS) cabled into the compute fabric: each port GUID is
+    one single-port HCA on its own leaf of the first SU, planned, cabled and verified like a
+    node's rail, a full member of the compute partitions and an I/O node to ftree."""
+
+    hostname: DnsLabel
+    rack: DnsLabel
+    port_guids: tuple[Guid, ...] = Field(min_length=1, max_length=8)
+
+
 class Fabric(Model):
     switch_model: Literal["QM9700"] = "QM9700"
     radix: Literal[64] = 64
@@ -117,6 +127,9 @@ class Fabric(Model):
     switch_user: str = "admin"
     subnet_managers: tuple[SubnetManager, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
+    # Storage on the compute rails (the one storage placement modelled: a SuperPOD's separate
+    # storage fabric on the DGX storage ConnectX-7s is not, docs/fabric.md).
+    storage_servers: tuple[StorageServer, ...] = ()
     switch_guids: Annotated[dict[str, Guid], AfterValidator(read_only)] = Field(
         default_factory=empty_read_only)
     # Switches are reached at <name>.<network.domain> unless an address is given here.

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from components.compat import compatibility_problems
-from components.config import Cluster
+from components.config import Cluster, StorageServer
 from components.config_types import Problem
 from components.planning import lnet
 from components.planning.platform import PER_NODE_BLOCK
@@ -127,7 +127,9 @@ def _ssh_user_not_root(c: Cluster) -> Iterator[Problem]:
 def _unique_hostnames(c: Cluster) -> Iterator[Problem]:
     """Every host and GPU node has its own name (names become Kubernetes names)."""
     host_paths, node_paths = _hostname_paths(c)
-    for path, value, first in _duplicates(host_paths + node_paths):
+    storage = [(f"fabric.storageServers[{i}].hostname", s.hostname)
+               for i, s in enumerate(c.fabric.storage_servers)]
+    for path, value, first in _duplicates(host_paths + node_paths + storage):
         yield Problem(path, value, f"hostname already used at {first}",
                       "give every host a unique hostname (node names become Kubernetes names)")
 
@@ -206,6 +208,8 @@ def _unique_guids(c: Cluster) -> Iterator[Problem]:
     guids = [(f"inventory:{n.hostname}.rails[{r.index}].portGuid", r.port_guid)
              for n in nodes for r in n.rails]
     guids += [(f"hosts[{i}].fabricPortGuid", h.fabric_port_guid) for i, h in enumerate(c.hosts)]
+    guids += [(f"fabric.storageServers[{i}].portGuids[{j}]", g)
+              for i, s in enumerate(c.fabric.storage_servers) for j, g in enumerate(s.port_guids)]
     guids += [(f"fabric.switchGuids.{k}", v) for k, v in sorted(c.fabric.switch_guids.items())]
     guids += [(f"inventory:switches.{k}", v)
               for k, v in sorted(c.inventory.switch_guids.items())]
@@ -284,7 +288,7 @@ def _partitions(c: Cluster) -> Iterator[Problem]:
                                            for i, p in enumerate(c.fabric.partitions)]):
         yield Problem(path, value, f"partition name already used by {first}",
                       "give each partition its own name")
-    yield from _partition_problems(c.fabric.partitions)
+    yield from _partition_problems(c.fabric.partitions, c.fabric.storage_servers)
 
 
 def _address_plan(c: Cluster) -> Iterator[Problem]:
@@ -548,7 +552,8 @@ def _site_parts(parts: Mapping[str, Any], sus: list[int]) -> Iterator[Problem]:
                       "add a part with part: platform")
 
 
-def _partition_problems(parts: Sequence[Any]) -> Iterator[Problem]:
+def _partition_problems(parts: Sequence[Any], servers: Sequence[StorageServer]
+                        ) -> Iterator[Problem]:
     """One partition carries the data path at P_Key index 0 with every compute port full;
     every other one must isolate something."""
     data_path = [i for i, p in enumerate(parts) if p.data_path]
@@ -569,12 +574,21 @@ def _partition_problems(parts: Sequence[Any]) -> Iterator[Problem]:
             yield Problem(f"fabric.partitions[{i}].ipoib", False,
                           "the pods' IPoIB attachment and LNet (o2ib) need IPoIB on the data "
                           "path partition", "set ipoib: true")
+    storage = {g: f"fabric.storageServers[{i}]" for i, s in enumerate(servers)
+               for g in s.port_guids}
     for i, p in enumerate(parts):
-        if p.members == "storage" and not p.port_guids:
+        for j, g in enumerate(p.port_guids):
+            if g in storage:
+                yield Problem(f"fabric.partitions[{i}].portGuids[{j}]", g,
+                              f"is a port of {storage[g]}, which every compute and storage "
+                              "partition has as a full member already",
+                              "remove it from portGuids (portGuids are for servers the fabric "
+                              "plan does not cable)")
+        if p.members == "storage" and not p.port_guids and not storage:
             yield Problem(f"fabric.partitions[{i}].portGuids", [],
                           "a storage partition makes compute ports limited members; with no "
                           "full member (server port) nobody can talk on it",
-                          "list the storage servers' HCA port GUIDs")
+                          "list the storage servers in fabric.storageServers")
     signature = [(f"fabric.partitions[{i}].members",
                   (p.members, tuple(sorted(p.port_guids)))) for i, p in enumerate(parts)]
     for path, value, first in _duplicates(signature):

@@ -229,6 +229,8 @@ def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | Non
             f"are down while it is swapped: rails {', '.join(map(str, w.rails))} of "
             f"{len(w.nodes)} GPU nodes ({_span(w.nodes)})"
             + (f", the subnet-manager link of {', '.join(w.others)}" if w.others else "")
+            + (f", the storage link{'s' * (len(w.storage) > 1)} of {', '.join(w.storage)}"
+               if w.storage else "")
             + f", {w.uplinks} uplinks; its nodes are drained first")
     for host, cards in by_host(e.swaps).items():
         rails = ", ".join(f"rail {s.rail} ({s.hca}) {s.old} -> {s.new}" for s in cards)

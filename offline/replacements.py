@@ -134,6 +134,7 @@ class SwitchSwap:
     others: tuple[str, ...]  # subnet-manager hosts cabled to it
     uplinks: int  # links to other switches
     ports: tuple[str, ...]  # "port <n>: <peer>", in port order
+    storage: tuple[str, ...] = ()  # storage server ports cabled to it ("lustre-01 port1")
 
 
 # A subnet manager's node-name map line for a switch: `<GUID> "<switch>"`.
@@ -160,12 +161,16 @@ def replaced_switches(changes: Iterable[Change],
         descs = _ports().port_descriptions(str(config.get("stdin", "")))
         hcas = [peer for d in descs.values() if (peer := _ports().hca_peer(d))]
         uplinks = [d for d in descs.values() if _ports().switch_peer(d)]
-        others = sorted({_ports().split_cable(d)[0].split(" ")[0] for d in descs.values()
-                         if not _ports().hca_peer(d) and not _ports().switch_peer(d)})
+        # Neither a rail nor a switch: a subnet-manager host ("sm-02 mlx5_0") or a storage
+        # server port (the planner names its HCAs port<i>: "lustre-01 port1").
+        peers = [_ports().split_cable(d)[0] for d in descs.values()
+                 if not _ports().hca_peer(d) and not _ports().switch_peer(d)]
+        storage = sorted(p for p in peers if p.split(" ")[-1].startswith("port"))
+        others = sorted({p.split(" ")[0] for p in peers if p not in storage})
         out.append(SwitchSwap(sw, sides["-"], sides["+"], tuple(sorted({h for h, _, _ in hcas})),
                               tuple(sorted({r for _, r, _ in hcas})), tuple(others), len(uplinks),
                               tuple(f"port {port}: {_ports().split_cable(d)[0]}"
-                                    for port, d in sorted(descs.items()))))
+                                    for port, d in sorted(descs.items())), tuple(storage)))
     return out
 
 
@@ -188,6 +193,9 @@ def switch_swap_steps(swaps: list[SwitchSwap], stack: str, untested: Sequence[st
             + (f"; {', '.join(s.others)} lose{'s' * (len(s.others) == 1)} "
                f"{'its' if len(s.others) == 1 else 'their'} subnet-manager link (the other "
                "subnet manager is, or takes over as, master)" if s.others else "")
+            + (f"; the storage link{'s' * (len(s.storage) > 1)} of {', '.join(s.storage)} "
+               "go down (each server's other ports, on other leaves, keep it reachable)"
+               if s.storage else "")
             + f". Label each cable by port, swap the chassis, and plug every cable into the "
             f"same port of the new one ({len(s.ports)} ports: {'; '.join(s.ports)}). `pulumi "
             "up` then sends the switch its configuration and the subnet managers its new GUID; "

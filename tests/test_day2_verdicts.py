@@ -242,9 +242,10 @@ SCENARIOS: dict[str, Scenario] = {
     "switch-rma": Scenario(
         _new_leaf, 0,
         impact=("  switch replaced: leaf-su1-r2-3 (GUID 0xfc6a1c0300a20002 -> "
-                "0xfc6a1c0300b29999): its 49 links are down while it is swapped: rails 2, 3 of "
-                f"8 GPU nodes ({SPAN}), the subnet-manager link of sm-02, 32 uplinks; its nodes "
-                "are drained first", f"  nodes drained: 8 ({SPAN}), for the switch swap",
+                "0xfc6a1c0300b29999): its 50 links are down while it is swapped: rails 2, 3 of "
+                f"8 GPU nodes ({SPAN}), the subnet-manager link of sm-02, the storage link of "
+                "lustre-01 port1, 32 uplinks; its nodes are drained first",
+                f"  nodes drained: 8 ({SPAN}), for the switch swap",
                 # Every link of theirs is re-made on a new chassis: tested before work returns,
                 # all of them together (no node that passed is left to pair them with).
                 f"  acceptance test: {SPAN} re-cabled: marked untested at the drain (no "

@@ -31,6 +31,7 @@ from components.planning.fabric import (
     FabricNode,
     FabricPlan,
     FabricSpec,
+    StorageServer,
     parse_ibnetdiscover,
     plan_fabric,
     render_topology_net,
@@ -65,8 +66,15 @@ def _lids_on_block_edge() -> FabricPlan:
     return plan
 
 
+# Two storage servers on the compute rails, two ports each (prod's Lustre pair).
+STORAGE = (StorageServer("lustre-01", "r02", ("0x0c42a10300b10001", "0x0c42a10300b10002")),
+           StorageServer("lustre-02", "r02", ("0x0c42a10300b20001", "0x0c42a10300b20002")))
+
 CASES = {
     "prod-8": lambda: plan_fabric(cluster(8), PROD_SMS, prod_spec()),
+    # Their ports are I/O nodes to ftree, routed from every switch like the rails.
+    "prod-8-storage": lambda: plan_fabric(cluster(8), PROD_SMS,
+                                          prod_spec(storage_servers=STORAGE)),
     # A full SU as DGX SuperPOD builds it: 31 nodes and the slot the SM hosts take.
     "su-31-and-sms": lambda: plan_fabric(cluster(31, per_su=31), PROD_SMS, prod_spec()),
     "two-tier-max-256": lambda: plan_fabric(cluster(256), (), FabricSpec()),
@@ -90,7 +98,7 @@ def test_opensm_routes_the_rendered_fabric(case: str, tmp_path: Path) -> None:
     plan = CASES[case]()
     conf = write_fabric(plan, tmp_path)
     net = (tmp_path / "topology.net").read_text()
-    cas = plan.hca_ports + len(plan.sm)
+    cas = plan.hca_ports + len(plan.sm) + len(plan.storage)
     with SimFabric(tmp_path, net, sim_host=_sim_host(plan), **sim_limits(plan)) as sim:
         run = sim.opensm(conf)
         assert run.rc == 0, run.log[-3000:]
@@ -106,6 +114,9 @@ def test_opensm_routes_the_rendered_fabric(case: str, tmp_path: Path) -> None:
         assert len(lids) == cas and all(lids.values())
         assert sim.route_check(topo) == []
         _check_pkeys(sim, plan, lids)
+        for st in plan.storage:  # full members of the data path, at index 0
+            assert sim.pkey_table(lids[f"{st.hostname} {st.hca}"])[0] == FULL | next(
+                p.pkey for p in plan.spec.partitions if p.data_path)
 
 
 def _check_pkeys(sim: SimFabric, plan: FabricPlan, lids: dict[str, int]) -> None:
@@ -139,23 +150,21 @@ def _prod_plan() -> FabricPlan:
 
 
 def test_prod_partitions_carry_the_data_path_and_isolate_the_rest(tmp_path: Path) -> None:
-    """The prod rendering on the real tools, with a Lustre server (one of the data path's
-    portGuids) and a stray host that is in no partition cabled to a leaf (gpu-node-07
+    """The prod rendering on the real tools, with its Lustre servers (fabric.storageServers,
+    cabled as planned) and a stray host that is in no partition cabled to a leaf (gpu-node-07
     unplugged for the ports). Who can talk to whom is what the SA answers: a path record
     exists only over a P_Key both ports hold with at least one of them a full member."""
     plan = _prod_plan()
     data_path = next(p for p in plan.spec.partitions if p.data_path)
-    server = data_path.port_guids[0]
     leaf = next(s for s in plan.switches if s.tier == 1).name
     net = (_faulted(plan).remove_host("gpu-node-07")
-           .attach_ca("lustre-oss-01 mlx5_0", server, leaf)
            .attach_ca("stray-01 mlx5_0", "0x0c42a10300c10001", leaf).net())
     conf = write_fabric(plan, tmp_path)
     with SimFabric(tmp_path, net, sim_host=_sim_host(plan)) as sim, sim.running_opensm(conf):
         lids = {n.desc: n.lid for n in parse_ibnetdiscover(sim.ibnetdiscover()).nodes.values()
                 if n.kind == "ca"}
         a, b = lids["gpu-node-00 mlx5_0"], lids["gpu-node-05 mlx5_11"]
-        oss, stray, sm2 = lids["lustre-oss-01 mlx5_0"], lids["stray-01 mlx5_0"], lids[
+        oss, stray, sm2 = lids["lustre-01 port0"], lids["stray-01 mlx5_0"], lids[
             "sm-02 mlx5_0"]
         compute = FULL | data_path.pkey
         # Index 0 of every compute port and of the server holds the data path, full.

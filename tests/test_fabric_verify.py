@@ -13,7 +13,9 @@ from support.project import copy_repo
 
 from components.planning.fabric import (
     FabricPlan,
+    PlanError,
     Report,
+    StorageServer,
     parse_ibnetdiscover,
     plan_fabric,
     render_fabric_files,
@@ -247,3 +249,49 @@ def test_make_verify_fabric_names_the_core_stack_for_a_split_part(tmp_path: Path
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "site-su1 plans no fabric (a split site's fabric is its core part's)" in proc.stderr
+
+
+# ---------------------------------------------------------------- storage on the compute rails
+STORAGE = (StorageServer("lustre-01", "r02", ("0x0c42a10300b10001", "0x0c42a10300b10002")),
+           StorageServer("lustre-02", "r02", ("0x0c42a10300b20001", "0x0c42a10300b20002")))
+
+
+def test_storage_ports_are_planned_on_the_kept_slots_one_leaf_each_and_verified() -> None:
+    """Each storage port takes a first-SU port that no node ever takes (the last slot of a
+    leaf's rail block, after the subnet managers'), a server's ports on different leaves so one
+    leaf lost leaves it reachable; cabled as planned, the verifier finds nothing, and a port
+    moved to another leaf port is named as the server's port, not an unknown extra link."""
+    plan = plan_fabric(cluster(8), PROD_SMS, prod_spec(storage_servers=STORAGE,
+                                                       rails_per_leaf=2))
+    ports = {(s.hostname, s.hca): (s.switch, s.port) for s in plan.storage}
+    sm_ports = {(s.switch, s.port) for s in plan.sm}
+    node_ports = {(r.leaf, r.leaf_port) for n in plan.nodes for r in n.rails}
+    assert len(set(ports.values())) == 4 and not set(ports.values()) & (sm_ports | node_ports)
+    # 16-slot rail blocks: the kept slot of a leaf is port 16 (rail a) or 32 (rail b).
+    assert all(port in (16, 32) for _, port in ports.values())
+    for server in ("lustre-01", "lustre-02"):
+        assert ports[(server, "port0")][0] != ports[(server, "port1")][0]
+    assert len(plan.cables_of("storage")) == 4
+    # Grown to what 2 rails per leaf hold (prod: 15 nodes, slots 0-14) takes none of them.
+    grown = plan_fabric(cluster(15), PROD_SMS, prod_spec(storage_servers=STORAGE,
+                                                         rails_per_leaf=2))
+    assert {(s.hostname, s.hca): (s.switch, s.port) for s in grown.storage} == ports
+
+    report = verify_plan(plan, faults(plan).net())
+    assert report.ok, report.text()
+    assert report.planned_links == 194 + 4
+    sw, port = ports[("lustre-02", "port1")]
+    spare = next(p for p in range(1, 33) if (sw, p) not in node_ports | sm_ports
+                 and p not in (16, 32))
+    moved = faults(plan).drop((sw, port)).add(("lustre-02 port1", 1), (sw, spare)).net()
+    report = verify_plan(plan, moved)
+    assert not report.ok
+    assert f"lustre-02 port1 <-> {sw} port {port}" in report.text(), report.text()
+
+
+def test_no_room_for_a_storage_port_is_a_plan_error_naming_the_server() -> None:
+    many = tuple(StorageServer(f"oss-{i:02d}", "r02", (f"0x0c42a10300c{i:05x}",))
+                 for i in range(7))  # 8 kept ports on 4 leaves, 2 for the subnet managers
+    with pytest.raises(PlanError) as info:
+        plan_fabric(cluster(8), PROD_SMS, prod_spec(storage_servers=many))
+    assert info.value.path == "fabric.storageServers" and info.value.value == "oss-06"

@@ -118,8 +118,9 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
          retired=("leaf-su1-r0-1", "leaf-su1-r2-3", "leaf-su1-r4-5", "leaf-su1-r6-7"))
     out, steps = preview(project)
     assert out[0] == "Impact on hardware and running work:"
-    # 64 node cables, 2 subnet-manager cables and 128 leaf uplinks: every link of prod.
-    assert out[1] == ("  existing links moved: 194 (the fabric is re-cabled: every host on them "
+    # 64 node cables, 2 subnet-manager cables, 4 storage-server cables and 128 leaf uplinks:
+    # every link of prod.
+    assert out[1] == ("  existing links moved: 198 (the fabric is re-cabled: every host on them "
                       "is drained)")
     assert out[3].startswith("  switches: rack 10 (leaf-su1-r0 … spine-04), retire 4 "
                              "(leaf-su1-r0-1, leaf-su1-r2-3, leaf-su1-r4-5, leaf-su1-r6-7)")
@@ -139,7 +140,7 @@ def test_regrouping_the_rails_says_so_first_and_racks_switches_before_cabling(
         return [i for i, s in enumerate(steps) if s.startswith(prefixes)]
 
     cable_work = at("move", "re-cable", "plug", "pull")
-    assert len(at("move")) == 194  # each of prod's links, once (an uplink shows on 2 switches)
+    assert len(at("move")) == 198  # each of prod's links, once (an uplink shows on 2 switches)
     # The subnet managers' cables as their steps say: the standby's (sm-02) first, the
     # master's (sm-01) last, once the standby is back in STANDBY.
     assert at("sm-02's cable moves: it runs the standby") < at("sm-01's cable moves: it runs "
@@ -251,7 +252,7 @@ def test_growing_to_a_full_su_and_one_node_beyond_says_what_it_costs(project: Pa
     out, steps = preview(project)
     # sm-01's cable moves to a port its in-rack DAC does not reach: an in-rack optical one
     # replaces it.
-    assert out[1] == ("  existing links moved: 194 (the fabric is re-cabled: every host on them "
+    assert out[1] == ("  existing links moved: 198 (the fabric is re-cabled: every host on them "
                       "is drained); 1 needs a new cable (1 x optical in-rack)")
     assert out[3].startswith("  switches: rack 22 (leaf-su1-r0 … spine-08), retire 4")
     assert out[4] == "  nodes drained: 8 (gpu-node-00 … gpu-node-07)"

@@ -23,9 +23,13 @@ from components.planning.fabric.sm_files import render_partitions
 from components.stack_config import validate_cluster
 
 
-def _with_partitions(*parts: dict) -> dict:
+def _with_partitions(*parts: dict, storage_servers: bool = False) -> dict:
+    """Prod with these partitions (and, unless `storage_servers`, no storage servers: the
+    partitions' own portGuids then name the servers)."""
     raw = copy.deepcopy(prod_raw())
     raw["fabric"]["partitions"] = list(parts)
+    if not storage_servers:
+        raw["fabric"].pop("storageServers", None)
     return raw
 
 
@@ -48,9 +52,10 @@ def test_prod_renders_its_data_path_at_index_0_with_every_compute_port_full() ->
     for n in plan.nodes:
         for r in n.rails:
             assert r.port_guid in members, (n.hostname, r.hca)
-    # The Lustre servers (prod's portGuids) are full members: LNet reaches them on it.
-    data_path = next(p for p in plan.spec.partitions if p.data_path)
-    assert data_path.port_guids and all(f"{g}=full" in members for g in data_path.port_guids)
+    # The Lustre servers (prod's fabric.storageServers) are full members: LNet reaches
+    # them on it.
+    servers = [g for st in plan.spec.storage_servers for g in st.port_guids]
+    assert len(servers) == 4 and all(f"{g}=full" in members for g in servers)
     # Default: limited for all, full only for the subnet managers.
     assert "Default=0x7fff, ipoib, mtu=5 :" in text
     assert "ALL=limited, SELF=full" in text
@@ -90,6 +95,15 @@ def test_near_misses_are_accepted() -> None:
         {"name": "storage", "pkey": 0x0B01, "members": "storage",
          "portGuids": ["0x0c42a10300b10001"]},
         {"name": "mgmt", "pkey": 0x0C01, "members": "all", "ipoib": True}), REPO)
+
+
+def test_a_storage_server_port_listed_again_in_a_partition_is_refused() -> None:
+    """Storage servers are members of every compute and storage partition already; listing
+    a port again says the config and the plan disagree about what the port is."""
+    problems = _problems(_with_partitions(
+        {**DATA_PATH, "portGuids": ["0x0c42a10300b10001"]}, storage_servers=True))
+    assert "is a port of fabric.storageServers[0]" in problems[
+        "fabric.partitions[0].portGuids[0]"]
 
 
 def test_the_renderer_refuses_a_plan_without_one_data_path() -> None:

@@ -13,6 +13,7 @@ from components.planning.fabric.model import (
     HcaPort,
     Partition,
     SmHost,
+    StorageServer,
 )
 from components.planning.fabric.planner import leaf_names, plan_fabric
 
@@ -32,6 +33,8 @@ def fabric_spec(cluster: Cluster) -> FabricSpec:
         partitions=tuple(Partition(name=p.name, pkey=p.pkey, members=p.members, ipoib=p.ipoib,
                                    data_path=p.data_path, port_guids=p.port_guids)
                          for p in f.partitions),
+        storage_servers=tuple(StorageServer(s.hostname, s.rack, s.port_guids)
+                              for s in f.storage_servers),
     )
 
 

@@ -21,6 +21,8 @@ from .model import (
     RailPlacement,
     SmHost,
     SmPlacement,
+    StoragePlacement,
+    StorageServer,
     Switch,
 )
 from .planner import plan_fabric
@@ -30,7 +32,8 @@ from .verify import Finding, Report, compare, verify_files, verify_plan
 __all__ = [
     "BomLine", "Cable", "Endpoint", "FabricNode", "FabricPlan", "FabricSpec", "Finding",
     "HcaPort", "NodePlacement", "Partition", "PlaceholderSummary", "PlanError",
-    "RailPlacement", "Report", "SmHost", "SmPlacement", "Switch", "Topology",
+    "RailPlacement", "Report", "SmHost", "SmPlacement", "StoragePlacement", "StorageServer",
+    "Switch", "Topology",
     "compare", "parse_ibnetdiscover", "plan_fabric", "plan_warnings", "render_fabric_files",
     "render_topology_net", "summary", "verify_files", "verify_plan",
 ]

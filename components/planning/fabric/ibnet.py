@@ -49,6 +49,10 @@ def render_topology_net(plan: FabricPlan, rate: str = "4xHDR") -> str:
         pg = G.to_int(sm.port_guid)
         ca[f"{sm.hostname}/{sm.hca}"] = (_nid("H", pg - 1), f"{pg:x}",
                                          hca_desc(sm.hostname, sm.hca))
+    for st in plan.storage:
+        pg = G.to_int(st.port_guid)
+        ca[f"{st.hostname}/{st.hca}"] = (_nid("H", pg - 1), f"{pg:x}",
+                                         hca_desc(st.hostname, st.hca))
 
     sw_ports: dict[str, list[tuple[int, str]]] = {s.name: [] for s in plan.switches}
     ca_line: dict[str, str] = {}
@@ -99,6 +103,8 @@ def render_topology_net(plan: FabricPlan, rate: str = "4xHDR") -> str:
     for n in plan.nodes:
         for r in n.rails:
             ca_record(f"{n.hostname}/{r.hca}")
+    for st in plan.storage:
+        ca_record(f"{st.hostname}/{st.hca}")
     return "\n".join(out)
 
 

@@ -17,7 +17,7 @@ from components.planning import port_descriptions
 Role = Literal["leaf", "spine", "core"]
 Media = Literal["dac", "optical"]
 LengthClass = Literal["in-rack", "cross-rack"]
-CableKind = Literal["hca", "sm", "leaf-spine", "spine-core"]
+CableKind = Literal["hca", "sm", "storage", "leaf-spine", "spine-core"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -63,6 +63,16 @@ class SmHost:
     rack: str
     port_guid: str | None = None
     hca: str = "mlx5_0"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageServer:
+    """A storage server on the compute rails (a Lustre MGS/MDS/OSS): one single-port HCA per
+    `port_guids` entry, each cabled to its own leaf of the first SU."""
+
+    hostname: str
+    rack: str
+    port_guids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +124,7 @@ class FabricSpec:
     switch_racks: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     switch_guids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     partitions: tuple[Partition, ...] = (Partition(name="compute", pkey=0x0001, data_path=True),)
+    storage_servers: tuple[StorageServer, ...] = ()
     sm_conf_dir: str = "/etc/opensm"
     sm_log_file: str = "/var/log/opensm.log"
     sm_sweep_interval: int = 10
@@ -214,6 +225,17 @@ class SmPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class StoragePlacement:
+    """Where one storage server port lands: its HCA is `port<i>` (i from 0, config order)."""
+
+    hostname: str
+    hca: str
+    switch: str
+    port: int
+    port_guid: str
+
+
+@dataclass(frozen=True, slots=True)
 class BomLine:
     category: Literal["switch", "cable", "transceiver", "hca"]
     item: str
@@ -253,6 +275,7 @@ class FabricPlan:
     oversubscription: float  # worst leaf (or spine) used-downlinks / uplinks; <= 1 is 1:1
     placeholders: PlaceholderSummary
     warnings: tuple[str, ...] = ()
+    storage: tuple[StoragePlacement, ...] = ()
 
     def switch(self, name: str) -> Switch:
         for s in self.switches:

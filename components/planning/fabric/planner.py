@@ -31,6 +31,8 @@ Layout (radix k = 64, half = k/2 = 32 ports down and 32 up on every non-top swit
   nodes added to the SU never take it, and a new SU never moves them (the first SU is the
   one that never changes as a site grows). Master and standby land on different leaves. ftree
   treats them as non-compute (they are absent from cn_guids).
+* Storage server ports (fabric.storageServers) take the first SU's spare ports the same way,
+  after the subnet managers, a server's ports on different leaves; I/O nodes to ftree too.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from .model import (
     RailPlacement,
     SmHost,
     SmPlacement,
+    StoragePlacement,
+    StorageServer,
     Switch,
 )
 
@@ -363,6 +367,7 @@ def plan_fabric(
     w = _wire_switches(spec, leaves, tiers)
     hca_cables = _cable_hcas(nodes, leaf_of, w)
     sm_ports, sm_cables = _cable_sms(sms, leaves, w, spec.half)
+    storage, storage_cables = _cable_storage(spec.storage_servers, leaves, w, spec.half)
 
     guids = _assign_guids(nodes, sms, [lf.name for lf in leaves] + [s[0] for s in w.switches],
                           spec, warnings)
@@ -370,7 +375,8 @@ def plan_fabric(
     rack_of = {s.name: s.rack for s in switches}
     rack_of.update({n.hostname: n.rack for n in nodes})
     rack_of.update({s.hostname: s.rack for s in sms})
-    cables = _cables(hca_cables + sm_cables + w.cables, rack_of)
+    rack_of.update({s.hostname: s.rack for s in spec.storage_servers})
+    cables = _cables(hca_cables + sm_cables + storage_cables + w.cables, rack_of)
 
     placements = _node_placements(nodes, leaf_of, guids)
     sm_out = tuple(SmPlacement(s.hostname, s.priority, sw, port, *guids.sm[s.hostname], s.hca)
@@ -383,7 +389,7 @@ def plan_fabric(
         hca_ports=len(hca_cables),
         bisection_tbps=_bisection_tbps(len(hca_cables), w, tiers, spec),
         oversubscription=round(_oversubscription(leaves, w, tiers, spec.half), 4),
-        placeholders=guids.summary, warnings=tuple(warnings),
+        placeholders=guids.summary, warnings=tuple(warnings), storage=storage,
     )
 
 
@@ -448,6 +454,36 @@ def _cable_sms(sms: Sequence[SmHost], leaves: list[_Leaf], w: _Wiring, half: int
     return sm_ports, sm_cables
 
 
+def _cable_storage(servers: Sequence[StorageServer], leaves: list[_Leaf], w: _Wiring, half: int
+                   ) -> tuple[tuple[StoragePlacement, ...], list[_CableSpec]]:
+    """Place each storage server port on a free first-SU leaf port (after the subnet
+    managers; see _first_su_spares), a server's ports on different leaves where it can, so one
+    leaf lost leaves each server reachable; their ports count as used leaf down ports."""
+    out: list[StoragePlacement] = []
+    cables: list[_CableSpec] = []
+    leaf_by_name = {leaf.name: leaf for leaf in leaves}
+    for server in servers:
+        on: set[str] = set()
+        for i, guid in enumerate(server.port_guids):
+            free = _first_su_spares(leaves, w.used, half)
+            pick = next((x for x in free if x[0] not in on), None) or next(iter(free), None)
+            if pick is None:
+                raise PlanError(
+                    "fabric.storageServers", server.hostname,
+                    f"port {i} has no free leaf port in the first SU (the slots kept for "
+                    "subnet managers and storage are taken)",
+                    "lower fabric.railsPerLeaf, or leave the last slot of the first SU free")
+            sw, port = pick
+            on.add(sw)
+            w.used.setdefault(sw, set()).add(port)
+            leaf_by_name[sw].used_down.add(port)
+            hca = f"port{i}"
+            out.append(StoragePlacement(server.hostname, hca, sw, port, guid))
+            cables.append((Endpoint(sw, port), Endpoint(server.hostname, 1, None, hca),
+                           "storage"))
+    return tuple(out), cables
+
+
 def _switches(leaves: list[_Leaf], w: _Wiring, guids: _Guids, spec: FabricSpec) -> list[Switch]:
     """Every switch with its rack and GUID: the leaves, then spines and cores as wired."""
     rack = _rack_resolver(spec)
@@ -501,6 +537,21 @@ def _oversubscription(leaves: list[_Leaf], w: _Wiring, tiers: int, half: int) ->
     return over
 
 
+def _first_su_spares(leaves: Sequence[_Leaf], used: dict[str, set[int]], half: int
+                     ) -> list[tuple[str, int]]:
+    """The free first-SU leaf ports nodes never take: those beyond the rail blocks first, then
+    the last slot of each leaf's span (kept for subnet managers and storage)."""
+    first = min(leaf.su for leaf in leaves)
+    spare: list[tuple[str, int]] = []
+    for leaf in leaves:
+        if leaf.su == first:
+            spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
+    for leaf in leaves:
+        if leaf.su == first:
+            spare += [(leaf.name, r * leaf.span + leaf.span) for r in range(leaf.g)]
+    return [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
+
+
 def _place_sm(
     sms: Sequence[SmHost],
     leaves: Sequence[_Leaf],
@@ -514,14 +565,7 @@ def _place_sm(
     if not sms:
         return []
     first = min(leaf.su for leaf in leaves)
-    spare: list[tuple[str, int]] = []
-    for leaf in leaves:
-        if leaf.su == first:
-            spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
-    for leaf in leaves:
-        if leaf.su == first:
-            spare += [(leaf.name, r * leaf.span + leaf.span) for r in range(leaf.g)]
-    free = [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
+    free = _first_su_spares(leaves, used, half)
     out: list[tuple[str, int]] = []
     taken: set[tuple[str, int]] = set()
     switches_used: set[str] = set()

@@ -13,6 +13,7 @@ from .model import FabricPlan
 from .sm_files import (
     compute_port_guids,
     guid_list,
+    io_port_guids,
     render_default_file,
     render_node_name_map,
     render_opensm_conf,
@@ -90,8 +91,8 @@ def render_fabric_files(plan: FabricPlan, prefix: str = "fabric/") -> dict[str, 
         "node-name-map": render_node_name_map(plan),
         "fabric.svg": render_svg(plan),
     }
-    if plan.sm:
-        files["io_guids.conf"] = guid_list(s.port_guid for s in plan.sm)
+    if io_port_guids(plan):
+        files["io_guids.conf"] = guid_list(io_port_guids(plan))
     for s in plan.sm:
         files[f"sm/{s.hostname}/opensm.conf"] = render_opensm_conf(plan, priority=s.priority)
         files[f"sm/{s.hostname}/opensm.default"] = render_default_file(s.port_guid,

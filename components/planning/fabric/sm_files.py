@@ -30,6 +30,15 @@ def compute_port_guids(plan: FabricPlan) -> list[str]:
     return [r.port_guid for n in plan.nodes for r in n.rails]
 
 
+def io_port_guids(plan: FabricPlan) -> list[str]:
+    """ftree's I/O nodes: the subnet managers' and the storage servers' ports, off the rails."""
+    return [s.port_guid for s in plan.sm] + [s.port_guid for s in plan.storage]
+
+
+def storage_port_guids(plan: FabricPlan) -> list[str]:
+    return [s.port_guid for s in plan.storage]
+
+
 def guid_list(guids: Iterable[str]) -> str:
     """opensm GUID files take one GUID per line and nothing else."""
     return "".join(f"{g}\n" for g in guids)
@@ -49,14 +58,14 @@ def render_opensm_conf(plan: FabricPlan, priority: int = 0, etc_dir: str | None 
         f"sm_priority {priority}",
         "",
         "# Fat-tree routing ranked from the planned roots; compute nodes are the rails, so",
-        "# subnet-manager HCAs (off the leaves) are I/O nodes allowed one reverse hop, which",
-        "# keeps master and standby reachable. If a failure breaks the fat-tree shape opensm",
+        "# subnet-manager and storage-server HCAs (off the rails) are I/O nodes allowed one",
+        "# reverse hop, which keeps them reachable. If a failure breaks the fat-tree shape opensm",
         "# falls back to updn (still credit-loop free), never to plain minhop.",
         "routing_engine ftree,updn",
         f"root_guid_file {d}/root_guids.conf",
         f"cn_guid_file {d}/cn_guids.conf",
     ]
-    if plan.sm:  # an empty io_guid_file is ERR AB29 and a silent fallback off ftree
+    if io_port_guids(plan):  # an empty io_guid_file is ERR AB29 and a silent fallback off ftree
         lines += [f"io_guid_file {d}/io_guids.conf", "max_reverse_hops 1"]
     lines += [
         "# ftree does not support LMC > 0",
@@ -149,7 +158,8 @@ def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None =
                             "the fabric")
         nodes = [n for n in plan.nodes if not p.hosts or n.hostname in p.hosts]
         compute = [r.port_guid for n in nodes for r in n.rails]
-        servers = [f"{g.lower()}=full" for g in p.port_guids]
+        servers = [f"{g.lower()}=full" for g in dict.fromkeys(
+            [*p.port_guids, *storage_port_guids(plan)])]
         if p.members == "all":
             out += [f"# {p.name}: every end port full{use}", f"{p.name}=0x{p.pkey:04x}{flags} :",
                     "    ALL=full ;", ""]
