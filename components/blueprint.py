@@ -219,8 +219,9 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
         master = host == order[-1]
         script = sm_apply_script(files, sm_of[host].hca, master)
         artifacts[f"scripts/{host}/apply-opensm.sh"] = script
-        rejoin = None if master else sm_rejoin_script(sm_of[host].hca)
-        if rejoin is not None:
+        rejoin = None
+        if not master:
+            rejoin = sm_rejoin_script(sm_of[host].hca)
             artifacts[f"scripts/{host}/rejoin-opensm.sh"] = rejoin
         subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script, rejoin)
     domain = cluster.network.domain

@@ -107,17 +107,20 @@ _SIZES = ("tensor", "pipeline", "data")
 _SIZE_ARG = re.compile(r"^--(tensor|pipeline|data)-parallel-size(?:=(\d+))?$")
 
 
-def _parallel_sizes(c: Any) -> dict[str, int | None]:
-    """The sizes the container's command line sets (absent: 1; unreadable: None)."""
+def _parallel_sizes(c: Any) -> dict[str, int | None] | None:
+    """The sizes the container's command line sets (absent: 1; unreadable: None); None when
+    it sets none (not a vLLM server's command line)."""
     items = [a for a in (*(get(c, "command") or ()), *(get(c, "args") or ()))
              if isinstance(a, str)]
     sizes: dict[str, int | None] = dict.fromkeys(_SIZES, 1)
+    found = False
     for i, a in enumerate(items):
         m = _SIZE_ARG.match(a)
         if m:
+            found = True
             raw = m.group(2) or (items[i + 1] if i + 1 < len(items) else "")
             sizes[m.group(1)] = int(raw) if str(raw).isdigit() else None
-    return sizes
+    return sizes if found else None
 
 
 @resource_rule(
@@ -131,12 +134,9 @@ def vllm_engines_fill_the_gpus(args: ResourceValidationArgs, report: Report) -> 
     --pipeline-parallel-size GPUs each: more than the pod has fails at start-up after the
     scheduler placed it; fewer leaves paid-for GPUs idle."""
     for path, c in containers(args.resource_type, args.props):
-        if not any(isinstance(a, str) and _SIZE_ARG.match(a)
-                   for a in (*(get(c, "command") or ()), *(get(c, "args") or ()))):
-            continue  # not a vLLM server's command line
         sizes = _parallel_sizes(c)
         gpus = container_gpus(c)
-        if None in sizes.values() or not gpus:
+        if sizes is None or None in sizes.values() or not gpus:
             continue
         used = math.prod(v for v in sizes.values() if v is not None)
         if used != gpus:
