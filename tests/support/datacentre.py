@@ -116,6 +116,17 @@ SHUTDOWN = r"""#!/bin/bash
 cp /run/nologin __DOWN__
 """
 DOWN = "/stub/state/down"  # while it exists hostsim lets nobody but root log in
+# sleep over the sandbox's stub (sleep-sandbox, which records it): real, but at most a second.
+# The scripts' waits poll seconds to minutes apart; a real second keeps a member that waits for
+# another's reboot lock waiting (the sandbox's instant sleep would run out its 6 h at once).
+SLEEP = r"""#!/bin/bash
+# Stand-in: sleep of a simulated host, at most a second.
+/stub/bin/sleep-sandbox "$@"
+s=${1-0}; s=${s%s}
+case "$s" in ''|*[!0-9.]*) s=1 ;; esac
+if awk -v s="$s" 'BEGIN { exit !(s > 1) }'; then s=1; fi
+exec /usr/bin/sleep "$s"
+"""
 # systemctl over the sandbox's stub (systemctl-sandbox): a kubelet that restarts reports the
 # version of its package to the API server, as its Node's status.nodeInfo.kubeletVersion.
 SYSTEMCTL = r"""#!/bin/bash
@@ -411,7 +422,8 @@ def _join_cluster(sb: Sandbox, cluster: Path, server: str, token: str,
     control plane (`ca`: the cluster's CA) also waits for Nodes and runs the real openssl."""
     sb.shared = {CLUSTER: cluster}
     stand_ins = {"kubeadm": KUBEADM.replace("__SERVER__", server).replace("__TOKEN__", token),
-                 "systemctl": SYSTEMCTL, "shutdown": SHUTDOWN.replace("__DOWN__", DOWN)}
+                 "systemctl": SYSTEMCTL, "shutdown": SHUTDOWN.replace("__DOWN__", DOWN),
+                 "sleep": SLEEP}
     if ca is not None:
         stand_ins["kubectl"] = KUBECTL
         shutil.copyfile(ca, sb.state / "e2e-ca.crt")
