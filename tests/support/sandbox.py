@@ -857,8 +857,10 @@ fi
 }
 
 # Calls that only read state; every other stubbed call changes the host.
-READ_ONLY = {"dkms", "dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt", "sminfo",
-             "sleep", "ofed_info", "ss"}
+# curl only downloads, into a temporary directory the script removes again (a repository's key
+# and index, checked before anything is installed).
+READ_ONLY = {"curl", "dkms", "dpkg-query", "lsmod", "mountpoint", "blkid", "openssl", "findmnt",
+             "sminfo", "sleep", "ofed_info", "ss"}
 READ_ONLY_VERBS = {
     "systemctl": {"is-enabled", "is-active", "status", "show", "cat"},
     "dpkg": {"-s", "--status", "-l", "-L"},
