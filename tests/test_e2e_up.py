@@ -13,10 +13,10 @@ chain; the Nodes' placement labels, the volumes and their claims, the Helm relea
 chart archives and every platform object in the API server; the NCCL acceptance job, gang-
 scheduled by Volcano and run by the Training Operator, and the gate that checks it, then the
 training job and the model server; the twin's checks hold on what the engine applied. A
-second preview finds nothing to change (`build/e2e/preview2.json`). Then five day-2 changes go
+second preview finds nothing to change (`build/e2e/preview2.json`). Then four day-2 changes go
 through the engine, each changing what the offline preview of it lists: a Kubernetes patch
-upgrade (control plane first, then one node at a time), a new switch password, a GPU driver
-release (a Helm upgrade), a replaced HCA and an added node. Last, `pulumi destroy` is
+upgrade (control plane first, then one node at a time), a new switch password, a replaced HCA
+and an added node. Last, `pulumi destroy` is
 refused by the protected checkpoint volumes and deletes nothing. What stands in for what runs
 in pods on hardware: docs/testing.md."""
 
@@ -718,65 +718,6 @@ def test_a_new_switch_password_reconfigures_every_switch_with_it(rotated) -> Non
     assert dc.secrets["GPU_CLUSTER_SWITCH_PASSWORD"] not in json.dumps(run["state"])
 
 
-# ----------------------------------------------------------------- day 2: a chart's values
-
-
-NEW_DRIVER = "580.105.08"  # the R580 production branch's next release after 580.95.05
-REBOOT_CHAIN = ("reboot-check", "reboot-drain", "reboot", "reboot-wait", "reboot-uncordon")
-
-
-@pytest.fixture(scope="module")
-def driver_bumped(rotated) -> tuple[Datacentre, dict[str, Any]]:
-    """The GPU driver one release up. The hosts own it (DGX OS ships one): a new release of
-    each GPU node's planned reboot, not of the GPU Operator's values."""
-    dc, _ = rotated
-    old: list[str] = []
-    boots = len(dc.boots)
-
-    def edit(cluster: dict[str, Any]) -> None:
-        gpu = cluster["platform"]["gpuOperator"]
-        old.append(gpu["driverVersion"])
-        gpu["driverVersion"] = NEW_DRIVER
-
-    return dc, day2(dc, "driver", edit) | {"old": old[0], "boots": boots}
-
-
-def test_a_driver_release_takes_each_gpu_node_through_its_planned_reboot(applied,
-                                                                        driver_bumped) -> None:
-    dc, run = driver_bumped
-    assert run["engine"] == run["offline"]
-    # Only the GPU nodes' reboot chains, re-created by their boot fingerprint; the GPU
-    # Operator's release is untouched (its driver container is off).
-    assert {urn.rsplit("::", 1)[1]: op for urn, op in run["engine"].items()} == {
-        f"{n}-{step}": "replace" for n in GPU_NODES for step in REBOOT_CHAIN}
-    calls = run["calls"]
-    assert all(c["exit"] == 0 for c in calls), [c for c in calls if c["exit"]]
-    # Each node booted once, into the new module, its fabric manager running, the packages
-    # of the new release installed and held.
-    assert sorted(host for host, _ in dc.boots[run["boots"]:]) == GPU_NODES
-    for n in GPU_NODES:
-        sb = dc.hosts[n].sandbox
-        assert sb.path("/sys/module/nvidia/version").read_text().strip() == NEW_DRIVER
-        assert (sb.state / "pkgs/nvidia-driver-580-server-open").read_text().strip() == \
-            f"{NEW_DRIVER}-*"
-        assert (sb.state / "held/nvidia-fabricmanager-580").exists()
-        assert (sb.state / "units/nvidia-fabricmanager.active").exists()
-    # One member at a time, each drained before its install: a node's drain ends (it holds
-    # the lock) only after the one before it began its uncordon (which releases the lock).
-    spans = []
-    for n in GPU_NODES:
-        drain = _call(dc, CONTROL_PLANE, f"# Drain before the planned reboot of {n} ", calls)
-        uncordon = _call(dc, CONTROL_PLANE, f"# Uncordon after the planned reboot of {n} ",
-                         calls)
-        reboot = _run_of(dc, f"{n}-reboot", calls)
-        assert drain["command"].endswith(" drain reboot")
-        assert _when(drain["end"]) <= _when(reboot["start"]) <= _when(uncordon["start"])
-        spans.append((_when(drain["end"]), _when(uncordon["start"])))
-    spans.sort()
-    for (_, released), (acquired, _) in zip(spans, spans[1:], strict=False):
-        assert released <= acquired, spans
-
-
 # ----------------------------------------------------------------- day 2: a replaced HCA
 
 
@@ -784,9 +725,9 @@ NEW_GUID = "0xb83fd20300a4ffee"  # the replacement HCA's port GUID (NVIDIA's OUI
 
 
 @pytest.fixture(scope="module")
-def hca_replaced(driver_bumped) -> tuple[Datacentre, dict[str, Any]]:
+def hca_replaced(rotated) -> tuple[Datacentre, dict[str, Any]]:
     """gpu-node-03's rail-2 HCA replaced: the inventory row with the new card's port GUID."""
-    dc, _ = driver_bumped
+    dc, _ = rotated
     old: list[str] = []
 
     def swap(text: str) -> str:
