@@ -462,10 +462,10 @@ def _cable_storage(servers: Sequence[StorageServer], leaves: list[_Leaf], w: _Wi
     out: list[StoragePlacement] = []
     cables: list[_CableSpec] = []
     leaf_by_name = {leaf.name: leaf for leaf in leaves}
+    free = _first_su_spares(leaves, w.used, half)
     for server in servers:
         on: set[str] = set()
         for i, guid in enumerate(server.port_guids):
-            free = _first_su_spares(leaves, w.used, half)
             pick = next((x for x in free if x[0] not in on), None) or next(iter(free), None)
             if pick is None:
                 raise PlanError(
@@ -473,6 +473,7 @@ def _cable_storage(servers: Sequence[StorageServer], leaves: list[_Leaf], w: _Wi
                     f"port {i} has no free leaf port in the first SU (the slots kept for "
                     "subnet managers and storage are taken)",
                     "lower fabric.railsPerLeaf, or leave the last slot of the first SU free")
+            free.remove(pick)
             sw, port = pick
             on.add(sw)
             w.used.setdefault(sw, set()).add(port)

@@ -79,9 +79,7 @@ if ! dkms_built mlnx-ofed-kernel; then
   exit 1
 fi
 lustre_keyring=/etc/apt/keyrings/gpu-cluster-lustre.gpg
-lustre_pkg() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
-if [ "$(lustre_pkg lustre-client-utils)" != "$LUSTRE_CLIENT_VERSION" ] \
-    || [ "$(lustre_pkg lustre-client-modules-dkms)" != "$LUSTRE_CLIENT_VERSION" ]; then
+if ! lustre_current; then  # package-sources.sh
   install_pinned_key Lustre "$LUSTRE_KEY_URL" "$LUSTRE_KEY_FPR" "$lustre_keyring"
   apt_source gpu-cluster-lustre "deb [signed-by=$lustre_keyring] $LUSTRE_URL ./"
   apt_update_if_changed

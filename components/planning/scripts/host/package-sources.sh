@@ -40,10 +40,15 @@ if ! ofed_info -s >/dev/null 2>&1; then
   source_serves platform.networkOperator.docaSource "$DOCA_URL" "$DOCA_KEY_URL" \
     "$DOCA_KEY_FPR" doca-ofed  # one DOCA release per repository: its URL is the pin
 fi
-if [ "$(dpkg-query -W -f='${Version}' lustre-client-utils 2>/dev/null || true)" \
-    != "$LUSTRE_CLIENT_VERSION" ] \
-    || [ "$(dpkg-query -W -f='${Version}' lustre-client-modules-dkms 2>/dev/null || true)" \
-    != "$LUSTRE_CLIENT_VERSION" ]; then
+# Whether the Lustre client is installed at the pinned version (GPU steps read it too).
+lustre_current() {
+  local p
+  for p in lustre-client-utils lustre-client-modules-dkms; do
+    [ "$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)" = "$LUSTRE_CLIENT_VERSION" ] \
+      || return 1
+  done
+}
+if ! lustre_current; then
   source_serves storage.lustreClient.source "$LUSTRE_URL" "$LUSTRE_KEY_URL" "$LUSTRE_KEY_FPR" \
     "lustre-client-utils=$LUSTRE_CLIENT_VERSION" \
     "lustre-client-modules-dkms=$LUSTRE_CLIENT_VERSION"
