@@ -8,6 +8,7 @@ from components.blueprint import build
 from components.collector import tune_collector
 from components.config_types import ConfigError
 from components.deployed import guarded_exports
+from components.planning import reboot
 from components.planning.kubeadm import endpoint
 from components.stack_config import load_config
 
@@ -17,6 +18,11 @@ try:
 except ConfigError as err:
     # A clean refusal: the CLI prints the problems, with no traceback, and registers nothing.
     raise pulumi.RunError(str(err)) from None
+# A run of the real engine with too few parallel operations for the reboot queues.
+slots = reboot.engine_slots_problem(len({n.su for n in config.nodes}),
+                                    pulumi.runtime.settings.SETTINGS.parallel)
+if slots is not None:
+    raise pulumi.RunError(slots)
 cluster = build(config, secrets)
 
 pulumi.export("gpuNodes", [n.hostname for n in config.nodes])

@@ -40,6 +40,7 @@ from components.planning import (
     ssh_keys,
     storage,
     switch_config,
+    system_spread,
     training,
     upgrade,
 )
@@ -279,6 +280,7 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
         kubeconfig=core_kubeconfig,
         kubelet_config_script=kubelet_script,
         reboots=reboots,
+        reboot_queue=reboot.reboot_queue({n.hostname: n.su for n in nodes}),
         decommission=frozenset(cluster.gpu_nodes.decommission),
         upgrade=kube_upgrade,
     ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
@@ -325,6 +327,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
         network_policies=policies,
         admission_policies=platform.rdma_pod_policy(cluster),
         access_bindings=platform.access_bindings(cluster),
+        system_budgets=system_spread.coredns_budget(cluster),
         releases=platform.helm_releases(cluster),
         release_objects={
             "metallb": platform.metallb_objects(cluster),

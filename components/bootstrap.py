@@ -81,6 +81,8 @@ class KubeadmClusterArgs:
     kubelet_config_script: str | None = None
     # Per worker: drained, rebooted and checked before it joins or after a boot change.
     reboots: dict[str, PlannedReboot] = field(default_factory=dict)
+    # Per worker: the worker before it in its SU's queue for the reboot lock (reboot_queue).
+    reboot_queue: dict[str, str] = field(default_factory=dict)
     # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
     decommission: frozenset[str] = frozenset()
     upgrade: KubernetesUpgrade | None = None
@@ -142,6 +144,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         self._upgrade_control_planes(args, cp, first=False)
         self.members: dict[str, command.remote.Command] = {}
         self._reboot_uncordons: dict[str, Any] = {}
+        self._reboot_drains: dict[str, Any] = {}
         for host, node in sorted(args.workers.items()):
             self.members[host] = self._join(node, args, cp)
         self.node_upgrades = self._upgrade_nodes(args, cp)
@@ -278,11 +281,12 @@ class KubeadmCluster(pulumi.ComponentResource):
             previous = finished or previous
 
     def _read_secret(self, name: str, cp: ControlPlaneHost, create: str,
-                     triggers: list[Any] | None = None) -> command.remote.Command:
+                     triggers: list[Any] | None = None,
+                     after: list[Any] | None = None) -> command.remote.Command:
         """A command on the control plane whose stdout is a credential: secret, never logged."""
         return remote_command(
             name, connection=cp.connection, create=create, logging=QUIET, triggers=triggers,
-            opts=_secret_opts(self, _present(self.init)))
+            opts=_secret_opts(self, [*_present(self.init), *(after or [])]))
 
     def _join_control_planes(self, args: KubeadmClusterArgs,
                              cp: ControlPlaneHost) -> dict[str, command.remote.Command]:
@@ -298,9 +302,11 @@ class KubeadmCluster(pulumi.ComponentResource):
         for host, node in sorted(args.control_planes.items()):
             token = self._join_token(host, cp, args)
             # Re-uploads the control-plane certificates under a fresh key (valid two hours).
+            # One Secret holds them, replaced by each upload: a key uploaded before the
+            # previous join would leave that join a key that no longer decrypts them.
             cert_key = self._read_secret(
                 f"{host}-certificate-key", cp,
-                kubeadm.root_pipeline(kubeadm.CERTIFICATE_KEY_COMMAND))
+                kubeadm.root_pipeline(kubeadm.CERTIFICATE_KEY_COMMAND), after=previous)
             joins[host] = remote_command(
                 f"{host}-kubeadm-join",
                 connection=node.connection,
@@ -340,10 +346,12 @@ class KubeadmCluster(pulumi.ComponentResource):
             triggers=[board] if board is not None else None)
 
     def _planned_reboot(self, node: BareMetalNode, plan: PlannedReboot | None,
-                        cp: ControlPlaneHost) -> Any:
+                        cp: ControlPlaneHost, queued_after: Any = None) -> Any:
         """Check → drain (control plane) → reboot → wait and check → uncordon, each re-run
         when the boot fingerprint changes; returns what the join waits for. Every step is a
-        no-op when the node needs no reboot; members take a lock so only one is out at a time.
+        no-op when the node needs no reboot; members take a lock so only one is out at a time,
+        and a drain starts only once the one before it in its SU's queue (`queued_after`) has
+        drained: one waiter per SU holds an engine slot, never one per node.
         """
         if plan is None:
             return node.prepared
@@ -364,7 +372,8 @@ class KubeadmCluster(pulumi.ComponentResource):
             f"{host}-reboot-drain", connection=cp.connection,
             create=pulumi.Output.concat(f"sudo bash -c {shlex.quote(plan.drain)} drain ",
                                         verdict),
-            triggers=triggers, opts=opts(check, *_present(self.init)))
+            triggers=triggers, opts=opts(check, *_present(self.init, queued_after)))
+        self._reboot_drains[host] = drain
         restart = remote_command(f"{host}-reboot", connection=node.connection,
                                  create="sudo bash -s", stdin=plan.reboot, triggers=triggers,
                                  opts=opts(drain))
@@ -380,7 +389,8 @@ class KubeadmCluster(pulumi.ComponentResource):
     def _join(self, node: BareMetalNode, args: KubeadmClusterArgs,
               cp: ControlPlaneHost) -> command.remote.Command:
         host = node.hostname
-        booted = self._planned_reboot(node, args.reboots.get(host), cp)
+        booted = self._planned_reboot(node, args.reboots.get(host), cp,
+                                      self._reboot_drains.get(args.reboot_queue.get(host, "")))
         token = self._join_token(host, cp, args, node.board)
         join = remote_command(
             f"{host}-kubeadm-join",

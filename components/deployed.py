@@ -10,9 +10,9 @@ from typing import Any
 import pulumi
 
 from components.config import Cluster
-from components.planning import refusals
+from components.planning import kubeadm, refusals
 
-VERSION, KEYS = "kubernetesVersion", "sshAuthorizedKeys"
+VERSION, KEYS, ENDPOINT = "kubernetesVersion", "sshAuthorizedKeys", "controlPlaneEndpoint"
 
 
 def guarded_exports(cluster: Cluster) -> None:
@@ -21,13 +21,15 @@ def guarded_exports(cluster: Cluster) -> None:
     deployed = pulumi.StackReference(own)
 
     def judge(values: list[Any]) -> str:
-        version, keys = values
-        refused = refusals.refusals(cluster, version, keys)
+        version, keys, endpoint = values
+        refused = refusals.refusals(cluster, version, keys, endpoint)
         if refused:
             raise pulumi.RunError("refused against what is deployed:\n  "
                                   + "\n  ".join(refused))
         return cluster.kubernetes.version
 
-    pulumi.export(VERSION, pulumi.Output.all(deployed.get_output(VERSION),
-                                             deployed.get_output(KEYS)).apply(judge))
+    pulumi.export(VERSION, pulumi.Output.all(
+        deployed.get_output(VERSION), deployed.get_output(KEYS),
+        deployed.get_output(ENDPOINT)).apply(judge))
     pulumi.export(KEYS, refusals.authorised_keys(cluster))
+    pulumi.export(ENDPOINT, kubeadm.endpoint(cluster))

@@ -38,6 +38,8 @@ class PlatformArgs:
     # Admission policies (a policy before its binding), in place before any workload.
     admission_policies: list[dict] = field(default_factory=list)
     access_bindings: list[dict] = field(default_factory=list)  # people's groups → roles
+    # Budgets for kube-system pods kubeadm deploys (CoreDNS): a drain evicts one at a time.
+    system_budgets: list[dict] = field(default_factory=list)
 
 
 class Platform(pulumi.ComponentResource):
@@ -57,6 +59,7 @@ class Platform(pulumi.ComponentResource):
             self.admission_policies.append(apply(p, pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=self.admission_policies[-1:]))))
         self.access_bindings = [apply(b, child) for b in args.access_bindings]
+        self.system_budgets = [apply(b, child) for b in args.system_budgets]
         # Before any workload: a pod naming a class that does not exist is refused at admission.
         self.priority_classes = [apply(pc, child) for pc in args.priority_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}

@@ -45,6 +45,9 @@ def e2e_stack(prod: Mapping[str, Any], keys: Keys, charts: str) -> dict[str, Any
         host["managementIp"] = moved(host["managementIp"], MANAGEMENT)
         host["bmcAddress"] = moved(host["bmcAddress"], BMC)
         host["sshHostKey"] = keys.host_keys[host["hostname"]]
+    endpoint = c["kubernetes"]["controlPlaneEndpoint"]
+    if endpoint.get("vip"):  # kube-vip's address, on the management network
+        endpoint["vip"] = moved(endpoint["vip"], MANAGEMENT)
     for r in c["gpuNodes"]["ranges"]:
         r["managementIpStart"] = moved(r["managementIpStart"], MANAGEMENT)
         r["bmcAddressStart"] = moved(r["bmcAddressStart"], BMC)

@@ -23,6 +23,7 @@ from .replacements import (
     HcaSwap,
     SwitchSwap,
     by_host,
+    control_planes,
     hca_link,
     host_role,
     replaced_boards,
@@ -37,6 +38,8 @@ from .runbook import (
     cable_moves,
     cabling,
     drained_hosts,
+    endpoint_move,
+    endpoint_refusal,
     joined_hosts,
     kubernetes_upgrade,
     rebooted_hosts,
@@ -89,6 +92,8 @@ def refusals(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = No
     if upgrade is not None and upgrade_refused(*upgrade[:2]):
         out.append(f"Kubernetes {upgrade[0]} -> {upgrade[1]}: kubeadm upgrades one minor "
                    "version at a time and never back (its version skew policy)")
+    if (moved := endpoint_move(diff.changes)) is not None:
+        out.append(endpoint_refusal(*moved).removeprefix("REFUSED "))
     return out
 
 
@@ -110,6 +115,8 @@ class _Effects:
     upgrading: bool  # an upgrade `pulumi up` runs (not one the skew policy refuses)
     lanes: dict[str, list[list[str]]]
     control_planes: list[str]  # upgraded, each drained in turn
+    members: int  # control planes in the new config (one: its drain stops DNS and ingress)
+    endpoint: tuple[str, str] | None  # the API endpoint moving: refused
     rotations: list[Rotation]
     joining: list[str]
     resubmitted: list[str]
@@ -125,7 +132,8 @@ class _Effects:
         return bool(w.moved or w.recabled or w.pulled or w.plugged or self.racked
                     or self.retired or self.drained or self.rebooted or self.upgrade
                     or self.rotations or self.resubmitted or self.acceptance or self.stopped
-                    or self.rollouts or self.swaps or self.boards or self.switches_swapped)
+                    or self.rollouts or self.swaps or self.boards or self.switches_swapped
+                    or self.endpoint)
 
 
 def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Effects:
@@ -153,6 +161,7 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         upgrade=upgrade, upgrading=upgrading,
         lanes=upgrade_lanes(new_inputs) if upgrading else {},
         control_planes=upgraded_control_planes(changes) if upgrading else [],
+        members=len(control_planes(new_inputs)), endpoint=endpoint_move(changes),
         rotations=secret_rotations(changes, new_inputs), joining=joining,
         resubmitted=sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests),
         acceptance=[*([run] if run else []),
@@ -222,6 +231,8 @@ def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | Non
                      f"({_span(nodes)}), one member at a time, each drained (after its gang "
                      "wait), the new driver, fabric manager and NSCQ installed, then "
                      "rebooted into it")
+    if e.endpoint:
+        lines.append(f"  {endpoint_refusal(*e.endpoint)}")
     lines += [f"  board replaced: {h}{_BOARD[role]}" for h, role in sorted(e.boards.items())]
     for w in e.switches_swapped:
         lines.append(
@@ -264,14 +275,17 @@ def _drain_line(e: _Effects) -> str:
 
 def _outage(e: _Effects) -> str:
     """What running work sees."""
-    control_planes = [h for h, role in e.boards.items() if role == "control-plane"]
-    if control_planes:
-        return (f"  outage: the Kubernetes API is down while {', '.join(control_planes)} is "
-                "swapped, if it is the only control plane (running pods keep running; nothing "
-                "new starts)")
+    swapped = [h for h, role in e.boards.items() if role == "control-plane"]
+    if swapped and e.members <= 1:
+        return (f"  outage: the Kubernetes API, cluster DNS and the ingress are down while "
+                f"{', '.join(swapped)} is swapped: it is the only control plane (running pods "
+                "keep running; nothing new starts)")
     if e.upgrading:
-        return ("  outage: each node's jobs are evicted in turn; the control plane's API blips "
-                "while it upgrades")
+        return ("  outage: each node's jobs are evicted in turn; " + (
+            "the only control plane's drain for its kubelet takes cluster DNS and the ingress "
+            "down for minutes, and its API blips while it upgrades" if e.members <= 1 else
+            "the control planes upgrade one at a time (etcd keeps its quorum, the API stays up "
+            "behind the VIP, DNS and the ingress keep a replica on another control plane)"))
     moved = e.work.existing_links_moved
     if moved or e.drained or e.swaps or e.switches_swapped:
         return ("  outage: running jobs on the drained nodes are evicted; plan a maintenance "
@@ -286,6 +300,10 @@ def _outage(e: _Effects) -> str:
                 "its other replicas")
     if e.resubmitted or e.stopped:
         return "  outage: the jobs above restart or stop; other running work carries on"
+    if swapped:
+        return (f"  outage: none for running work: {', '.join(swapped)} is one of {e.members} "
+                "control planes (etcd keeps its quorum, the API stays up behind the VIP, DNS "
+                "and the ingress keep a replica on another control plane)")
     if e.boards:  # a subnet manager's host alone
         return ("  outage: none for running work: the fabric keeps a master subnet manager "
                 "throughout")

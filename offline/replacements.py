@@ -50,12 +50,19 @@ def replaced_boards(changes: Iterable[Change]) -> list[str]:
     return sorted(out)
 
 
+def control_planes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """The control-plane hosts: each gets the cluster's identities once it serves the API
+    (`<host>-identities`, the first one's after `kubeadm init`, the others' after their join)."""
+    return sorted(h for urn in new_inputs or {}
+                  if (h := _suffix(urn.rpartition("::")[2], "-identities")) is not None)
+
+
 def host_role(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """What a host is, by the resources the stack gives it: "control-plane" (it runs
-    `kubeadm init`), "sm-host" (it runs a subnet manager), "gpu-node" (a planned-reboot chain)
-    or "host"."""
+    """What a host is, by the resources the stack gives it: "control-plane" (it serves the
+    API), "sm-host" (it runs a subnet manager), "gpu-node" (a planned-reboot chain) or
+    "host"."""
     names = {urn.rpartition("::")[2] for urn in new_inputs or {}}
-    for suffix, role in (("-kubeadm-init", "control-plane"), ("-opensm", "sm-host"),
+    for suffix, role in (("-identities", "control-plane"), ("-opensm", "sm-host"),
                          ("-reboot", "gpu-node")):
         if f"{host}{suffix}" in names:
             return role
@@ -273,18 +280,37 @@ def _board_step(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None,
             "it and installs its subnet-manager files. Check `sminfo` and "
             f"`make verify-fabric STACK={stack}`")
     if role == "control-plane":
-        return (
-            f"board replacement of {host}, a control plane: {dhcp}from power-off until it is "
-            "back, the Kubernetes API, the scheduler and the controllers are down when it is "
-            "the only one (running pods keep running; nothing new starts). Before: `etcdctl "
-            "snapshot save` and copy /etc/kubernetes/pki off it. Power it off, swap the board "
-            "keeping its OS drives (etcd's data and the certificates are on them), power it on; "
-            "with new drives, restore the certificates and the snapshot before its kubelet "
-            "starts (kubeadm's etcd restore). `pulumi up` then prepares it; its guarded "
-            "`kubeadm init` leaves a running control plane as it is. Check `kubectl get nodes`")
+        return _control_plane_board(host, dhcp, len(control_planes(new_inputs)))
     return (
         f"board replacement of {host}: {dhcp}kubectl drain {host} --ignore-daemonsets "
         f"--delete-emptydir-data; power it off, swap the board, {cables}; power it on with DGX "
         "OS. `pulumi up` then re-applies its BMC settings, prepares it (a planned reboot if "
         "needed) and joins it with a fresh token. Check `ibstat` port GUIDs against the "
         f"inventory and `make verify-fabric STACK={stack}`, then kubectl uncordon {host}")
+
+
+def _control_plane_board(host: str, dhcp: str, members: int) -> str:
+    """A control plane's board: the only one (the API down) or one of several (etcd keeps
+    its quorum, DNS and the ingress keep a replica on another control plane)."""
+    if members <= 1:
+        return (
+            f"board replacement of {host}, the only control plane: {dhcp}from power-off until "
+            "it is back, the Kubernetes API, the scheduler, the controllers, cluster DNS and the "
+            "ingress are down (running pods keep running; nothing new starts). Before: `etcdctl "
+            "snapshot save` and copy /etc/kubernetes/pki off it. Power it off, swap the board "
+            "keeping its OS drives (etcd's data and the certificates are on them), power it on; "
+            "with new drives, restore the certificates and the snapshot before its kubelet "
+            "starts (kubeadm's etcd restore). `pulumi up` then prepares it; its guarded "
+            "`kubeadm init` leaves a running control plane as it is. Check `kubectl get nodes`")
+    return (
+        f"board replacement of {host}, one of {members} control planes (etcd keeps its quorum "
+        f"with {members - 1}; the API stays up behind the VIP): {dhcp}Before: `etcdctl "
+        f"snapshot save` on another control plane, then `kubectl drain {host} "
+        "--ignore-daemonsets` (CoreDNS and the ingress controller move one replica at a time: "
+        "their disruption budgets). Power it off, swap the board keeping its OS drives (its "
+        "etcd member's data and the certificates are on them), power it on; with new drives, "
+        "first remove its etcd member from another control plane (`etcdctl member remove`) "
+        "and `kubectl delete node` it, then join it again with `kubeadm join --control-plane` "
+        "(the stack's join runs once per host). `pulumi up` then prepares it. Check "
+        f"`kubectl get nodes` and `etcdctl endpoint health --cluster`, then kubectl uncordon "
+        f"{host}")

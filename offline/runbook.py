@@ -190,6 +190,30 @@ def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None
     return old, new, pkg or f"{new}-*"
 
 
+_ENDPOINT_LINE = re.compile(r"^([-+])\s*controlPlaneEndpoint: (\S+)$")
+
+
+def endpoint_move(changes: Iterable[Change]) -> tuple[str, str] | None:
+    """(old, new) when the API endpoint `kubeadm init` is given changes: refused, since
+    kubeadm cannot move a running cluster (components/planning/refusals.endpoint_moved)."""
+    moved: dict[str, str] = {}
+    for c in changes:
+        if c.name.endswith("-kubeadm-init") and c.action in ("update", "replace"):
+            for line in c.text_diffs.get("stdin", []):
+                if (m := _ENDPOINT_LINE.match(line)) is not None:
+                    moved[m.group(1)] = m.group(2)
+    old, new = moved.get("-"), moved.get("+")
+    return (old, new) if old and new and old != new else None
+
+
+def endpoint_refusal(old: str, new: str) -> str:
+    return (f"REFUSED control-plane endpoint {old} -> {new}: kubeadm init wrote {old} into the "
+            "API server's certificate and every kubeconfig, and kubeadm cannot move a running "
+            "cluster to another endpoint (nor turn one control plane into several); keep "
+            "kubernetes.controlPlaneEndpoint, or build the new cluster as a new stack "
+            "(docs/day2.md, \"Control planes\")")
+
+
 def upgrade_refused(old: str, new: str) -> bool:
     """kubeadm's version skew policy: one minor at a time, never back (the program refuses the
     same in components/planning/refusals.py; tests/test_refusals.py holds them equal)."""
@@ -197,8 +221,8 @@ def upgrade_refused(old: str, new: str) -> bool:
     return n < o or n[0] != o[0] or n[1] - o[1] > 1
 
 
-def _other_than_version(change: Change) -> bool:
-    return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get("stdin", []))
+def _other_than_version(change: Change, path: str = "stdin") -> bool:
+    return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get(path, []))
 
 
 _BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
@@ -576,7 +600,9 @@ def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Wo
         kubelet=kubelet, control_plane=control_plane, upgrade=upgrade,
         # A joined node's guarded join does nothing when re-run: its changed settings stay
         # unapplied. (A join script is the command itself; its credentials are its stdin.)
+        # (A control plane's join carries the cluster's version: the upgrade steps apply it.)
         rejoined=sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
+                        and (upgrade is None or _other_than_version(c, "create"))
                         if (h := _suffix(c.name, "-kubeadm-join")) is not None),
         rehosted=_rehosted(changes),
         rebooting=any(_suffix(c.name, "-reboot") for c in changes
@@ -692,6 +718,8 @@ def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None
         steps.extend(_upgrade_steps(*w.upgrade, new_inputs))
     if w.kubelet is not None:
         steps.extend(_kubelet_roll(w.kubelet, w.joining, new_inputs))
+    if (moved := endpoint_move(w.changes)) is not None:
+        steps.append(endpoint_refusal(*moved))
     for host in w.control_plane:
         steps.append(
             f"control-plane settings change in {host}-kubeadm-init: kubeadm applies them only "

@@ -71,10 +71,11 @@ def test_adding_one_node(project: Path, slots: int, su: int) -> None:
     assert not got["delete"]
     # A full SU has one leaf per rail: the new node's eight cables land on eight leaves.
     leaves = {f"leaf-su{su}-r{r}-config" for r in range(8)}
-    # mgmt-01-identities: the approver of kubelet serving certificates learns the node.
+    # <control plane>-identities: each approver of kubelet serving certificates learns it.
     assert got["update"] == leaves | {"sm-01-opensm", "sm-02-opensm", "fabric",
                                       f"hypernode-su{su}", "queue-acceptance",
-                                      "mgmt-01-identities"}
+                                      "mgmt-01-identities", "mgmt-02-identities",
+                                      "mgmt-03-identities"}
     assert got["replace"] == NCCL
 
 

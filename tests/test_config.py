@@ -135,12 +135,18 @@ def with_host(**host) -> Callable[[dict, Path], None]:
 
 
 def with_control_plane(count: int, vip: str | None = None) -> Callable[[dict, Path], None]:
+    """Exactly `count` control-plane hosts (prod's first ones, then new ones), behind `vip`."""
     def change(raw: dict, tmp_path: Path) -> None:
-        for i in range(2, count + 1):
-            raw["hosts"].append({"hostname": f"mgmt-{i:02d}", "role": "control-plane",
-                                 "managementIp": f"10.10.0.{18 + i}", "rack": "r02"})
+        planes = [h for h in raw["hosts"] if h["role"] == "control-plane"]
+        for i in range(len(planes) + 1, count + 1):
+            planes.append({"hostname": f"mgmt-{i:02d}", "role": "control-plane",
+                           "managementIp": f"10.10.0.{18 + i}", "rack": "r02"})
+        raw["hosts"] = planes[:count] + [h for h in raw["hosts"] if h["role"] != "control-plane"]
+        endpoint = raw["kubernetes"]["controlPlaneEndpoint"]
+        for key in ("vip", "interface"):
+            endpoint.pop(key, None)
         if vip:
-            raw["kubernetes"]["controlPlaneEndpoint"]["vip"] = vip
+            endpoint["vip"] = vip
 
     return change
 
@@ -161,14 +167,14 @@ BAD_INPUTS = [
     bad("hostname-taken-by-a-gpu-node", setting("hosts[0].hostname", "gpu-node-03"),
         "gpuNodes.ranges[0] (gpu-node-03)", ("gpu-node-03",), ("hosts[0].hostname",)),
     bad("hostname-repeated-between-hosts",
-        with_host(hostname="mgmt-01", role="login", managementIp="10.10.0.13"),
-        "hosts[3].hostname", ("mgmt-01",), ("hosts[0].hostname",)),
+        with_host(hostname="mgmt-01", role="login", managementIp="10.10.0.20"),
+        "hosts[5].hostname", ("mgmt-01",), ("hosts[0].hostname",)),
     bad("hostname-uppercase-and-underscore", setting("hosts[0].hostname", "Mgmt_01"),
         "hosts[0].hostname", ("Mgmt_01",), ("RFC 1123",)),
     bad("hostname-64-characters", setting("hosts[0].hostname", "m" * 64),
         "hosts[0].hostname", ("m" * 64,), ("63",)),
-    bad("management-ip-repeated", setting("hosts[2].managementIp", "10.10.0.11"),
-        "hosts[2].managementIp", ("10.10.0.11",), ("hosts[1].managementIp",)),
+    bad("management-ip-repeated", setting("hosts[4].managementIp", "10.10.0.11"),
+        "hosts[4].managementIp", ("10.10.0.11",), ("hosts[3].managementIp",)),
     bad("management-ip-of-a-gpu-node", setting("hosts[0].managementIp", "10.10.1.103"),
         "gpuNodes.ranges[0] (gpu-node-03).managementIp", ("10.10.1.103",),
         ("hosts[0].managementIp",)),
@@ -218,8 +224,8 @@ BAD_INPUTS = [
     # What the Pulumi CLI hands the program for an unquoted 0x… (a YAML integer): a float.
     bad("guid-unquoted", setting("fabric.switchGuids.spine-01", float(0xfc6a1c0300a10001)),
         "fabric.switchGuids.spine-01", ("1.8188",), ("quote it", "rounds it")),
-    bad("sm-guid-unquoted", setting("hosts[1].fabricPortGuid", 0xb83fd20300f10002),
-        "hosts[1].fabricPortGuid", ("13276",), ("quote it",)),
+    bad("sm-guid-unquoted", setting("hosts[3].fabricPortGuid", 0xb83fd20300f10002),
+        "hosts[3].fabricPortGuid", ("13276",), ("quote it",)),
     bad("ssh-public-key-garbled", setting("credentials.sshPublicKey", "ssh-ed25519 not-base64!"),
         "credentials.sshPublicKey", ("not-base64",), ("OpenSSH public key",)),
     # Local NVMe data drives: by what they are, never by kernel name.
@@ -245,8 +251,8 @@ BAD_INPUTS = [
         edited_inventory("0xb83fd20300a33c14", "0xb83fd20300a33c1z"),
         "inventoryFile", ("0xb83fd20300a33c1z",), ("gpu-node-02",)),
     bad("fabric-port-guid-repeated-in-stack-file",
-        setting("hosts[2].fabricPortGuid", "0xb83fd20300f10002"),
-        "hosts[2].fabricPortGuid", ("0xb83fd20300f10002",), ("hosts[1].fabricPortGuid",)),
+        setting("hosts[4].fabricPortGuid", "0xb83fd20300f10002"),
+        "hosts[4].fabricPortGuid", ("0xb83fd20300f10002",), ("hosts[3].fabricPortGuid",)),
     bad("inventory-host-the-stack-does-not-define",
         appended_inventory("gpu-node-08,0,mlx5_0,0xb83fd20300a93c10,5c:25:73:31:08:10,\n"),
         "inventoryFile", ("gpu-node-08",), ("does not define",)),
@@ -615,7 +621,7 @@ def test_prod_scratch_is_the_eight_dgx_h100_data_drives_by_size(prod_cluster):
 
 
 def test_prod_non_gpu_hosts_by_role(prod_cluster):
-    assert [h.hostname for h in prod_cluster.control_plane] == ["mgmt-01"]
+    assert [h.hostname for h in prod_cluster.control_plane] == ["mgmt-01", "mgmt-02", "mgmt-03"]
     assert [h.hostname for h in prod_cluster.sm_hosts] == ["sm-01", "sm-02"]
 
 

@@ -94,6 +94,21 @@ def _host_board(name: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _one_control_plane(cluster: dict[str, Any]) -> None:
+    """A cluster built with a single control plane at its own address (no VIP)."""
+    cluster["hosts"] = [h for h in cluster["hosts"]
+                        if h["hostname"] not in ("mgmt-02", "mgmt-03")]
+    cluster["kubernetes"]["controlPlaneEndpoint"] = {"port": 6443}
+
+
+def _three_control_planes(cluster: dict[str, Any]) -> None:
+    """Prod's three control planes behind their VIP, on a cluster built with one."""
+    prod = prod_raw()
+    cluster["hosts"] = [h for h in prod["hosts"] if h["role"] == "control-plane"] + [
+        h for h in cluster["hosts"] if h["role"] != "control-plane"]
+    cluster["kubernetes"]["controlPlaneEndpoint"] = prod["kubernetes"]["controlPlaneEndpoint"]
+
+
 def _new_leaf(cluster: dict[str, Any]) -> None:
     """leaf-su1-r2-3 replaced under RMA: the new chassis's GUID and management host key."""
     fabric = cluster["fabric"]
@@ -152,14 +167,40 @@ SCENARIOS: dict[str, Scenario] = {
         _set("kubernetes.version", "1.35.3"), 0,
         impact=("  Kubernetes 1.35.2 -> 1.35.3: `pulumi up` runs kubeadm's upgrade: the control "
                 "plane, then the GPU nodes one at a time, each drained",
-                "  nodes drained: 9 (gpu-node-00 … mgmt-01), each in turn for the upgrade"),
+                "  nodes drained: 11 (gpu-node-00 … mgmt-03), each in turn for the upgrade",
+                # Three stacked etcd members: one drained at a time keeps a quorum of two.
+                "  outage: each node's jobs are evicted in turn; the control planes upgrade one "
+                "at a time (etcd keeps its quorum, the API stays up behind the VIP, DNS and the "
+                "ingress keep a replica on another control plane)"),
         not_in_impact=("outage: none expected", "REFUSED"),
         # A Kubeflow job suspends through runPolicy.suspend; a batch waits a bounded time.
         runbook=("'{\"spec\":{\"runPolicy\":{\"suspend\":true}}}'",
-                 "kubeadm upgrade apply -y v1.35.3 on mgmt-01", "the GPU nodes one at a time",
+                 "kubeadm upgrade apply -y v1.35.3 on mgmt-01",
+                 "kubeadm upgrade node on each further control plane, one at a time (mgmt-02, "
+                 "mgmt-03)", "the GPU nodes one at a time",
                  "gpu-node-00, then gpu-node-01",
                  "waited for, up to 30 min (kubernetes.gangWaitMinutes), never split"),
-        not_in_runbook=("vcctl",)),
+        # The control planes' joins carry the version too: the upgrade applies it, no hand step.
+        not_in_runbook=("vcctl", "join settings change")),
+    # With one control plane its drain for the kubelet leaves CoreDNS and the ingress
+    # controller nowhere to run (every other node carries the GPU taint).
+    "kubernetes-patch-one-control-plane": Scenario(
+        _set("kubernetes.version", "1.35.3"), 0, before=_one_control_plane,
+        impact=("  outage: each node's jobs are evicted in turn; the only control plane's drain "
+                "for its kubelet takes cluster DNS and the ingress down for minutes, and its "
+                "API blips while it upgrades",)),
+    # kubeadm: "Turning a single control plane cluster created without
+    # --control-plane-endpoint into a highly available cluster is not supported" (its
+    # certificates and every kubeconfig name the first host's address).
+    "control-planes-added-to-a-single-one": Scenario(
+        _three_control_planes, 4, before=_one_control_plane,
+        impact=("  REFUSED control-plane endpoint 10.10.0.10:6443 -> 10.10.0.5:6443: kubeadm "
+                "init wrote 10.10.0.10:6443 into the API server's certificate and every "
+                "kubeconfig, and kubeadm cannot move a running cluster to another endpoint (nor "
+                "turn one control plane into several); keep kubernetes.controlPlaneEndpoint, or "
+                "build the new cluster as a new stack (docs/day2.md, \"Control planes\")",),
+        runbook=("REFUSED control-plane endpoint",),
+        stderr=("refused: control-plane endpoint 10.10.0.10:6443 -> 10.10.0.5:6443",)),
     "kubernetes-patch-back": Scenario(
         _set("kubernetes.version", "1.35.1"), 4,
         impact=("  Kubernetes 1.35.2 -> 1.35.1: REFUSED, it skips a minor or goes back "
@@ -228,12 +269,22 @@ SCENARIOS: dict[str, Scenario] = {
                  "Kubernetes node: nothing to drain)", "then stop opensm here",
                  "mlx5_0: leaf-su1-r0-1 port 16"),
         not_in_runbook=("kubectl drain", "DGX OS", "join")),
-    # The only control plane: etcd and the API go down with it.
+    # One of three stacked etcd members: the quorum (two) holds; its system pods move first.
     "board-control-plane": Scenario(
-        _host_board("mgmt-01"), 0,
-        impact=("  outage: the Kubernetes API is down while mgmt-01 is swapped, if it is the "
-                "only control plane (running pods keep running; nothing new starts)",),
-        runbook=("board replacement of mgmt-01, a control plane", "etcdctl snapshot save",
+        _host_board("mgmt-02"), 0,
+        impact=("  outage: none for running work: mgmt-02 is one of 3 control planes (etcd keeps "
+                "its quorum, the API stays up behind the VIP, DNS and the ingress keep a replica "
+                "on another control plane)",),
+        runbook=("board replacement of mgmt-02, one of 3 control planes", "etcdctl snapshot save",
+                 "kubectl drain mgmt-02", "etcdctl member remove", "kubectl uncordon mgmt-02"),
+        not_in_runbook=("DGX OS", "the only control plane")),
+    # The only control plane: etcd, the API, DNS and the ingress go down with it.
+    "board-only-control-plane": Scenario(
+        _host_board("mgmt-01"), 0, before=_one_control_plane,
+        impact=("  outage: the Kubernetes API, cluster DNS and the ingress are down while mgmt-01 "
+                "is swapped: it is the only control plane (running pods keep running; nothing "
+                "new starts)",),
+        runbook=("board replacement of mgmt-01, the only control plane", "etcdctl snapshot save",
                  "/etc/kubernetes/pki"),
         not_in_runbook=("kubectl drain", "DGX OS")),
     # A leaf under RMA: every port on it goes down (rails 2 and 3 of every node of the SU, a
@@ -372,8 +423,9 @@ def test_a_day2_change_previews_with_the_verdict_of_what_it_does(
     shutil.copytree(deployed, project)
     if s.before is not None:
         edit_stack(project, s.before)
+        # What prod has: rendered even where moving prod there would be refused (exit 4).
         rendered = run_offline(project, "preview", "--render", "--quiet")
-        assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+        assert rendered.returncode in (0, 4), rendered.stdout + rendered.stderr
     edit_stack(project, s.change)
     if s.inventory is not None:
         edit_inventory(project, s.inventory)

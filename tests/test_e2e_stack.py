@@ -18,9 +18,11 @@ from e2e.guard import endpoints, is_local, outside
 from e2e.stack import STACK
 
 # The management and BMC addresses of prod's hosts, nodes and switches (Pulumi.prod.yaml).
-PROD_SSH = {"10.10.0.10", "10.10.0.11", "10.10.0.12", *(f"10.10.1.{100 + i}" for i in range(8)),
+PROD_SSH = {"10.10.0.10", "10.10.0.11", "10.10.0.12", "10.10.0.13", "10.10.0.14",
+            *(f"10.10.1.{100 + i}" for i in range(8)),
             "10.10.2.1", "10.10.2.2", "10.10.2.11", "10.10.2.12", "10.10.2.13", "10.10.2.14"}
-PROD_BMC = {"10.11.0.10", "10.11.0.11", "10.11.0.12", *(f"10.11.1.{100 + i}" for i in range(8))}
+PROD_BMC = {"10.11.0.10", "10.11.0.11", "10.11.0.12", "10.11.0.13", "10.11.0.14",
+            *(f"10.11.1.{100 + i}" for i in range(8))}
 
 
 def plan_of(project: Path, stack: str) -> dict[str, Any]:

@@ -13,10 +13,11 @@ chain; the Nodes' placement labels, the volumes and their claims, the Helm relea
 chart archives and every platform object in the API server; the NCCL acceptance job, gang-
 scheduled by Volcano and run by the Training Operator, and the gate that checks it, then the
 training job and the model server; the twin's checks hold on what the engine applied. A
-second preview finds nothing to change (`build/e2e/preview2.json`). Then four day-2 changes go
+second preview finds nothing to change (`build/e2e/preview2.json`). Then five day-2 changes go
 through the engine, each changing what the offline preview of it lists: a Kubernetes patch
-upgrade (control plane first, then one node at a time), a new switch password, a replaced HCA
-and an added node. Last, `pulumi destroy` is
+upgrade (control planes first, then one node at a time), a new switch password, a replaced HCA,
+an added node and a GPU driver release (each node's planned reboot, one at a time). Last,
+`pulumi destroy` is
 refused by the protected checkpoint volumes and deletes nothing. What stands in for what runs
 in pods on hardware: docs/testing.md."""
 
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -75,7 +77,8 @@ pytestmark = [
                        reason="the simulated hosts listen on port 22 of their addresses"),
 ]
 GPU_NODES = [f"gpu-node-{i:02d}" for i in range(8)]
-CONTROL_PLANE = "mgmt-01"
+CONTROL_PLANE = "mgmt-01"  # the first control plane: `kubeadm init`, the stack's kubectl
+CONTROL_PLANES = ["mgmt-01", "mgmt-02", "mgmt-03"]
 
 
 def commands(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -150,7 +153,7 @@ def test_the_first_preview_is_the_offline_plan(applied) -> None:
 def test_every_command_runs_once_over_ssh_on_the_host_it_names(applied) -> None:
     dc, _ = applied
     hosts = [h for h in dc.hosts.values() if h.user == "ubuntu"]
-    assert len(hosts) == 11  # mgmt-01, sm-01, sm-02 and the 8 GPU nodes
+    assert len(hosts) == 13  # mgmt-01 … mgmt-03, sm-01, sm-02 and the 8 GPU nodes
     for h in hosts:
         planned = [r for r in remote(dc.plan)
                    if r["inputs"]["connection"].get("host") == h.address]
@@ -245,11 +248,44 @@ def test_each_gpu_node_is_drained_rebooted_then_joined(applied) -> None:
 def test_the_joined_nodes_are_the_clusters(applied) -> None:
     dc, _ = applied
     cluster = dc.work / "cluster"
-    # The control plane's own Node (kubeadm init) and the 8 GPU nodes' (their joins).
-    nodes = [CONTROL_PLANE, *GPU_NODES]
+    # The first control plane's own Node (kubeadm init), the other two's and the 8 GPU
+    # nodes' (their joins).
+    nodes = [*CONTROL_PLANES, *GPU_NODES]
     assert sorted(p.name for p in (cluster / "nodes").iterdir()) == sorted(nodes)
     version = (cluster / "version").read_text().strip()
     assert {(cluster / "kubelet" / n).read_text().strip() for n in nodes} == {f"v{version}"}
+
+
+def test_the_control_planes_join_one_at_a_time_behind_the_vip(applied) -> None:
+    """Stacked etcd grows one member at a time (kubeadm's HA guide): each further control
+    plane joins after the one before it has, with the certificate key the first one uploaded
+    for it and the same encryption key, and every one runs kube-vip holding the VIP."""
+    dc, _ = applied
+    vip = urlsplit(dc.api_endpoint).hostname
+    init = _run_of(dc, f"{CONTROL_PLANE}-kubeadm-init")
+    previous = _when(init["end"])
+    key = dc.hosts[CONTROL_PLANE].sandbox.path("/etc/kubernetes/encryption-config.yaml")
+    # Each upload replaces the one kubeadm-certs Secret under a fresh key: a join's key must
+    # be the latest, so each upload comes after the join before it.
+    uploads = sorted((c for c in dc.calls(CONTROL_PLANE)
+                      if "kubeadm init phase upload-certs --upload-certs" in c["command"]),
+                     key=lambda c: _when(c["start"]))
+    assert len(uploads) == len(CONTROL_PLANES) - 1
+    for host, uploaded in zip(CONTROL_PLANES[1:], uploads, strict=True):
+        join = _call(dc, host, f"# kubeadm join (control plane) for {host} ")
+        assert join["exit"] == 0 and previous <= _when(uploaded["start"]), (host, join)
+        assert _when(uploaded["end"]) <= _when(join["start"])
+        previous = _when(join["end"])
+        sandbox = dc.hosts[host].sandbox
+        assert sandbox.path("/etc/kubernetes/encryption-config.yaml").read_text() == \
+            key.read_text()
+    for host in CONTROL_PLANES:
+        pod = yaml.safe_load(dc.hosts[host].sandbox.path(
+            "/etc/kubernetes/manifests/kube-vip.yaml").read_text())
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["address"] == vip and env["cp_enable"] == "true", host
+    # Everyone reaches the API at the VIP: the stack's kubeconfig and every GPU node's join.
+    assert dc.api_endpoint == f"https://{vip}:6443"
 
 
 def test_every_switch_gets_its_configuration_through_its_cli(applied) -> None:
@@ -608,6 +644,8 @@ def day2(dc: Datacentre, change: str, edit: Callable[[dict[str, Any]], None] | N
         (dc.work / f"preview-{change}.json").write_text(preview.stdout)
         up = cli(dc, env, "pulumi", "up", "--yes", "--non-interactive", "--skip-preview",
                  "--stack", STACK)
+        # Whole, beside the hosts' logs: a failed step's diagnostics can sit anywhere in it.
+        (dc.work / f"up-{change}.log").write_text(up.stdout + up.stderr)
         assert (up.returncode != 0) == up_fails, up.stdout[-8000:] + up.stderr[-3000:]
         if not up_fails:
             again = cli(dc, env, "pulumi", "preview", "--expect-no-changes", "--json",
@@ -802,11 +840,16 @@ def test_an_added_node_is_built_and_joined_and_no_other_node_is_touched(applied,
          if r["inputs"]["connection"]["host"] == dc.hosts[NEW_NODE].address])
     requests = [json.loads(x) for x in dc.redfish_log.read_text().splitlines()]
     assert NEW_NODE in {r["bmc"] for r in requests}
-    # No other node drained, rebooted or run anything: only the control plane (the new node's
-    # token, drain check, wait), the leaves its cables land on and the subnet managers.
-    assert {c["host"] for c in calls} - {NEW_NODE, CONTROL_PLANE} == {
+    # No other node drained, rebooted or run anything: only the first control plane (the new
+    # node's token, drain check, wait), the other control planes' approver of kubelet serving
+    # certificates (it vouches for the inventory's addresses, the new node's now among them),
+    # the leaves its cables land on and the subnet managers.
+    assert {c["host"] for c in calls} - {NEW_NODE, *CONTROL_PLANES} == {
         "sm-01", "sm-02", *(urn.rsplit("::", 1)[1].removesuffix("-config")
                             for urn in run["engine"] if urn.endswith("-config"))}
+    for host in CONTROL_PLANES[1:]:
+        assert [c for c in calls if c["host"] == host] == [_run_of(dc, f"{host}-identities",
+                                                                   calls)]
     assert not [c for c in calls if c["host"] == CONTROL_PLANE
                 and any(f"of {n} " in c["command"] for n in GPU_NODES)]
     # The acceptance test's definition (suspended, sized by the node count) is replaced and
@@ -841,6 +884,62 @@ def test_an_added_node_passes_the_fabric_acceptance_test(applied, node_added) ->
     assert UNTESTED_LABEL not in labels, labels
 
 
+# ----------------------------------------------------------------- day 2: the GPU driver
+
+
+NEW_DRIVER = "580.105.08"  # the R580 production branch's next release after 580.95.05
+REBOOT_CHAIN = ("reboot-check", "reboot-drain", "reboot", "reboot-wait", "reboot-uncordon")
+
+
+@pytest.fixture(scope="module")
+def driver_bumped(node_added) -> tuple[Datacentre, dict[str, Any]]:
+    """The GPU driver one release up. The hosts own it (DGX OS ships one): a new release of
+    each GPU node's planned reboot, not of the GPU Operator's values."""
+    dc, _ = node_added
+    boots = len(dc.boots)
+
+    def edit(cluster: dict[str, Any]) -> None:
+        cluster["platform"]["gpuOperator"]["driverVersion"] = NEW_DRIVER
+
+    return dc, day2(dc, "driver", edit) | {"boots": boots}
+
+
+def test_a_driver_release_takes_each_gpu_node_through_its_planned_reboot(driver_bumped) -> None:
+    dc, run = driver_bumped
+    nodes = [*GPU_NODES, NEW_NODE]
+    assert run["engine"] == run["offline"]
+    # Only the GPU nodes' reboot chains, re-created by their boot fingerprint; the GPU
+    # Operator's release is untouched (its driver container is off).
+    assert {urn.rsplit("::", 1)[1]: op for urn, op in run["engine"].items()} == {
+        f"{n}-{step}": "replace" for n in nodes for step in REBOOT_CHAIN}
+    calls = run["calls"]
+    assert all(c["exit"] == 0 for c in calls), [c for c in calls if c["exit"]]
+    # Each node booted once, into the new module, its fabric manager running, the packages
+    # of the new release installed and held.
+    assert sorted(host for host, _ in dc.boots[run["boots"]:]) == sorted(nodes)
+    for n in nodes:
+        sb = dc.hosts[n].sandbox
+        assert sb.path("/sys/module/nvidia/version").read_text().strip() == NEW_DRIVER
+        assert (sb.state / "pkgs/nvidia-driver-580-server-open").read_text().strip() == \
+            f"{NEW_DRIVER}-*"
+        assert (sb.state / "held/nvidia-fabricmanager-580").exists()
+        assert (sb.state / "units/nvidia-fabricmanager.active").exists()
+    # One member at a time, each drained before its install: a node's drain ends (it holds
+    # the lock) only after the one before it began its uncordon (which releases the lock).
+    spans = []
+    for n in nodes:
+        drain = _call(dc, CONTROL_PLANE, f"# Drain before the planned reboot of {n} ", calls)
+        uncordon = _call(dc, CONTROL_PLANE, f"# Uncordon after the planned reboot of {n} ",
+                         calls)
+        reboot = _run_of(dc, f"{n}-reboot", calls)
+        assert drain["command"].endswith(" drain reboot")
+        assert _when(drain["end"]) <= _when(reboot["start"]) <= _when(uncordon["start"])
+        spans.append((_when(drain["end"]), _when(uncordon["start"])))
+    spans.sort()
+    for (_, released), (acquired, _) in zip(spans, spans[1:], strict=False):
+        assert released <= acquired, spans
+
+
 # ----------------------------------------------------------------- destroy
 
 
@@ -867,10 +966,11 @@ def test_destroy_is_refused_by_the_protected_volumes_and_nothing_is_deleted(
     assert destroy.returncode != 0
     protected = {r["urn"].rsplit("::", 1)[1] for r in run["before"]["deployment"]["resources"]
                  if r.get("protect")}
-    # The checkpoints' volume and claim, and the control plane's init (its etcd).
+    # The checkpoints' volume and claim, and the control planes' init and joins (etcd).
     assert protected == {"persistentvolume-checkpoints-training",
                          "persistentvolumeclaim-training-checkpoints",
-                         f"{CONTROL_PLANE}-kubeadm-init"}, protected
+                         f"{CONTROL_PLANE}-kubeadm-init",
+                         *(f"{h}-kubeadm-join" for h in CONTROL_PLANES[1:])}, protected
     said = " ".join((destroy.stdout + destroy.stderr).split())
     assert ("Preview failed: resource \"urn:pulumi:e2e::gpu-cluster::gpucluster:storage:"
             "Storage$kubernetes:core/v1:PersistentVolumeClaim::persistentvolumeclaim-training-"

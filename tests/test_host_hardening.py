@@ -251,7 +251,9 @@ def test_an_invalid_sshd_configuration_is_never_left_in_place(tmp_path: Path) ->
 
 # --- 3. the host firewall ----------------------------------------------------------------------
 MGMT = str(CLUSTER.network.management_cidr)
-PLANES = {str(h.management_ip) for h in CLUSTER.control_plane}
+# The control planes, and kube-vip's VIP: the host holding it may send from that address.
+_VIP = CLUSTER.kubernetes.control_plane_endpoint.vip
+PLANES = {str(h.management_ip) for h in CLUSTER.control_plane} | ({str(_VIP)} if _VIP else set())
 # What the stack runs, port by port (docs/hosts.md, "Host firewall"), and who may reach it.
 EVERY_HOST = {("tcp", "22"): MGMT}
 KUBE_NODE = EVERY_HOST | {

@@ -41,8 +41,8 @@ def names(diff: list[dict[str, Any]], action: str) -> set[str]:
 SHARED_UPDATES = {"leaf-su1-r0-1-config", "leaf-su1-r2-3-config", "leaf-su1-r4-5-config",
                   "leaf-su1-r6-7-config", "sm-01-opensm", "sm-02-opensm", "fabric",
                   "hypernode-su1", "queue-acceptance",
-                  # The kubelets the control plane's serving-certificate approver vouches for.
-                  "mgmt-01-identities"}
+                  # The kubelets each control plane's serving-certificate approver vouches for.
+                  "mgmt-01-identities", "mgmt-02-identities", "mgmt-03-identities"}
 SIZED_BY_NODE_COUNT = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
 
 

@@ -73,7 +73,7 @@ def test_with_the_charts_own_defaults_the_controllers_have_no_node() -> None:
 
 def test_the_planned_nodes_are_tainted_as_kubeadm_and_the_stack_taint_them() -> None:
     cp, gpu = by_role("control-plane"), by_role("gpu-worker")
-    assert cp == {"mgmt-01"} and len(gpu) == 8
+    assert cp == {"mgmt-01", "mgmt-02", "mgmt-03"} and len(gpu) == 8
     for n in planned():
         assert len(n.taints) == 1
         assert n.taints[0]["key"] == ("node-role.kubernetes.io/control-plane"

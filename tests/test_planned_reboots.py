@@ -232,6 +232,33 @@ def test_each_step_waits_for_the_one_before_and_the_join_for_the_boot(commands) 
     assert commands[f"{HOST}-reboot"]["inputs"]["connection"]["dialErrorLimit"] == 20
 
 
+def test_members_queue_for_the_lock_one_drain_per_su_at_a_time(commands) -> None:
+    """A drain waiting for the lock holds one of the engine's parallel operations for as long
+    as it waits (`pulumi up --parallel`: eight on a two-CPU runner). With every member's drain
+    waiting at once, nine of them fill eight slots and the holder's reboot step never starts
+    (seen through the real engine: docs/hosts.md). Each drain therefore starts only after the
+    one before it in its SU has drained: one waiter per SU, whatever the SU's size."""
+    drains = {n.hostname: commands[f"{n.hostname}-reboot-drain"] for n in CLUSTER.nodes}
+    hosts = sorted(drains)
+    assert not {d for d in drains[hosts[0]]["options"]["dependsOn"] if "-reboot-drain" in d}
+    for before, host in zip(hosts, hosts[1:], strict=False):
+        waits = {d for d in drains[host]["options"]["dependsOn"] if "-reboot-drain" in d}
+        assert waits == {drains[before]["urn"]}, host
+    # Lanes per SU, as the upgrade's: no chain grows with the cluster, SUs queue side by side.
+    assert reboot.reboot_queue({"a-00": 1, "a-01": 1, "b-00": 2, "a-02": 1, "b-01": 2}) == {
+        "a-01": "a-00", "a-02": "a-01", "b-01": "b-00"}
+
+
+def test_too_few_engine_operations_for_the_reboot_queues_stop_the_program() -> None:
+    # Prod (one SU) on a two-CPU runner (the engine's eight); no engine (offline): no check.
+    assert reboot.engine_slots_problem(1, 8) is None
+    assert reboot.engine_slots_problem(32, None) is None
+    # 32 SUs, 32 operations: every one could hold a waiting drain.
+    problem = reboot.engine_slots_problem(32, 32)
+    assert problem is not None and "run `pulumi up --parallel 64`" in problem
+    assert reboot.engine_slots_problem(32, 64) is None
+
+
 def test_the_fingerprint_follows_the_kernel_command_line_and_the_host_driver_only() -> None:
     def node(**template) -> object:
         return dataclasses.replace(NODE, template=NODE.template.model_copy(update=template))

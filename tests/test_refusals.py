@@ -1,6 +1,7 @@
 """The refusals the program itself makes against what the stack deployed (its own outputs),
 so that the engine's `pulumi preview` fails where `pulumi up` must not go: kubeadm's version
-skew policy (one minor at a time, never back) and sshd refusing a key no host authorises."""
+skew policy (one minor at a time, never back), sshd refusing a key no host authorises, and the
+API endpoint kubeadm init wrote into every certificate."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support.sandbox import prod_cluster
 
 from components.planning import refusals
-from offline.runbook import upgrade_refused
+from offline.diff import Change
+from offline.runbook import endpoint_move, upgrade_refused
 
 
 @pytest.mark.parametrize(("new", "refused"), [
@@ -51,3 +53,24 @@ def test_a_login_key_no_host_authorises_is_refused_and_its_two_steps_are_not() -
                              refusals.authorised_keys(step1)) == []
     # A first `pulumi up`: nothing deployed, nothing to judge against.
     assert refusals.refusals(swapped, None, None) == []
+
+
+def test_the_api_endpoint_kubeadm_init_wrote_never_moves() -> None:
+    """kubeadm cannot move a running cluster to another endpoint, nor turn a single control
+    plane built without a shared endpoint into several (kubernetes.io, "Creating a cluster with
+    kubeadm"); adding members behind the same VIP is no move."""
+    prod = prod_cluster()
+    version, keys = prod.kubernetes.version, refusals.authorised_keys(prod)
+    assert refusals.refusals(prod, version, keys, "10.10.0.5:6443") == []
+    (refusal,) = refusals.refusals(prod, version, keys, "10.10.0.10:6443")
+    assert refusal.startswith("kubernetes.controlPlaneEndpoint 10.10.0.10:6443 -> "
+                              "10.10.0.5:6443: ")
+    assert "build the new cluster as a new stack" in refusal
+    # A stack that exported no endpoint yet (deployed before it did): nothing to judge.
+    assert refusals.refusals(prod, version, keys, None) == []
+    # The offline preview reads the same move from the diff of `kubeadm init`'s configuration.
+    init = Change(action="update", urn="urn:pulumi:prod::gpu-cluster::mgmt-01-kubeadm-init",
+                  type="command:remote:Command", name="mgmt-01-kubeadm-init", layer="bootstrap",
+                  text_diffs={"stdin": ["-controlPlaneEndpoint: 10.10.0.10:6443",
+                                        "+controlPlaneEndpoint: 10.10.0.5:6443"]})
+    assert endpoint_move([init]) == ("10.10.0.10:6443", "10.10.0.5:6443")

@@ -8,6 +8,7 @@ stderr (support/twin.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from support.twin import BINS, SHARED, run_twin
 
 AGENT = "gpucluster.io/twin-node-agent"  # the label the twin puts on node-agent probes
+CONTROL_PLANES = ("mgmt-01", "mgmt-02", "mgmt-03")  # Pulumi.prod.yaml's, behind kube-vip
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not BINS, reason="twin binaries not built: run `make k8s-tools` "
@@ -63,7 +65,7 @@ def test_the_api_server_accepts_every_rendered_object(twin) -> None:
 
 def test_every_planned_node_registers_with_its_taints_and_resources(twin) -> None:
     nodes = {n["metadata"]["name"]: n for n in twin["nodes"]}
-    assert set(nodes) == {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
+    assert set(nodes) == set(CONTROL_PLANES) | {f"gpu-node-{i:02d}" for i in range(8)}
     gpu = nodes["gpu-node-03"]
     assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert gpu["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
@@ -85,7 +87,7 @@ def test_every_system_pod_and_node_agent_gets_a_node_from_the_real_scheduler(twi
         assert f"{p['metadata']['namespace']}/{p['metadata']['name']}" in placed
     # The Training Operator (its real manifests, the stack's kustomization) on the control plane.
     operator = [node for key, node in placed.items() if key.startswith("kubeflow/training-op")]
-    assert operator == ["mgmt-01"], placed
+    assert len(operator) == 1 and operator[0] in CONTROL_PLANES, placed
     # The Lustre CSI node plugin runs on every GPU node and nowhere else.
     csi = sorted(node for key, node in placed.items() if "lustre-csi" in key)
     assert csi == [f"gpu-node-{i:02d}" for i in range(8)]
@@ -167,6 +169,56 @@ def test_a_drain_is_refused_when_it_would_take_the_last_serving_replica(twin) ->
     seen = [s for s in twin["report"]["seen"] if s.startswith("drain ")]
     assert len(seen) == 2 and seen[0].endswith("drained"), seen
     assert "Cannot evict pod as it would violate the pod's disruption budget" in seen[1], seen
+
+
+def _control_plane_drains(report: dict) -> dict[str, str]:
+    """node -> what the twin saw while draining it (the check's seen lines)."""
+    return {s.split(":", 1)[0].removeprefix("control-plane drain "): s.split(": ", 1)[1]
+            for s in report["seen"] if s.startswith("control-plane drain ")}
+
+
+DNS_THROUGH = re.compile(r"kube-dns ready endpoints >= [12] throughout \(2 before, "
+                         r"on (mgmt-0\d), (mgmt-0\d) after\)")
+INGRESS_THROUGH = re.compile(r"ingress-nginx-controller ready endpoints >= [12] throughout "
+                             r"\(2 before, on (mgmt-0\d), (mgmt-0\d) after\)")
+
+
+def test_dns_and_the_ingress_answer_through_each_control_plane_drain(twin) -> None:
+    """kubeadm's CoreDNS starts with both replicas on mgmt-01 (`kubeadm init` creates it before
+    the other control planes join) and the ingress controller with two on two hosts. Each
+    control plane drained in turn: the budgets let a drain evict one replica at a time, so
+    kube-dns and the ingress keep a ready endpoint throughout (every version of their
+    EndpointSlices watched), and each drain leaves the two replicas on two other hosts."""
+    on = lambda labels: sorted(  # noqa: E731
+        p["spec"]["nodeName"] for p in twin["pods"]
+        if labels.items() <= p["metadata"].get("labels", {}).items())
+    assert on({"k8s-app": "kube-dns"}) == ["mgmt-01", "mgmt-01"], twin["out"]
+    ingress = on({"app.kubernetes.io/instance": "ingress-nginx",
+                  "app.kubernetes.io/component": "controller"})
+    assert len(set(ingress)) == 2 and set(ingress) <= set(CONTROL_PLANES), ingress
+    drains = _control_plane_drains(twin["report"])
+    assert sorted(drains) == list(CONTROL_PLANES), twin["out"]
+    for node, seen in drains.items():
+        for through in (DNS_THROUGH, INGRESS_THROUGH):
+            hosts = through.search(seen)
+            assert hosts, seen
+            assert hosts[1] != hosts[2] and node not in hosts.groups(), seen
+
+
+def test_without_the_coredns_budget_draining_the_first_control_plane_takes_dns_down(
+        tmp_path: Path, build: Path) -> None:
+    """The stack's budget for kubeadm's CoreDNS taken out: both replicas still run on mgmt-01,
+    where `kubeadm init` started them, and its drain evicts them at once. The outage lasts
+    only until KWOK readies their replacements (milliseconds), which the watch still sees."""
+    def edit(rendering: Path) -> None:
+        (rendering / "manifests/kube-system/poddisruptionbudget-coredns.yaml").unlink()
+    res = mutated(tmp_path, build, edit)
+    assert res["code"] == 1, res["out"]
+    assert res["report"]["failures"] == [
+        "drain mgmt-01: kube-system/kube-dns had no ready endpoint during the drain "
+        "(2 before)"], res["out"]
+    assert "kube-dns ready endpoints fell to 0" in \
+        _control_plane_drains(res["report"])["mgmt-01"]
 
 
 def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:
@@ -282,7 +334,7 @@ def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) ->
         if agent := p["metadata"].get("labels", {}).get(AGENT):
             agents.setdefault(agent, set()).add(p["spec"]["nodeName"])
             assert p["spec"]["priority"] == 2000001000, p["metadata"]["name"]
-    every = {"mgmt-01"} | {f"gpu-node-{i:02d}" for i in range(8)}
+    every = set(CONTROL_PLANES) | {f"gpu-node-{i:02d}" for i in range(8)}
     # The Network Operator's Node Feature Discovery worker too: its chart's worker key.
     assert agents == {"metallb.speaker": every, "prometheus.node-exporter": every,
                       "network-operator.nfd-worker": every}
@@ -291,7 +343,8 @@ def test_system_pods_run_at_the_system_priorities_the_api_server_admits(twin) ->
     assert low == ["probe-network-operator-nfd-gc", "probe-network-operator-nfd-master",
                    "probe-network-operator-operator"]
     notes = [s for s in twin["report"]["seen"] if "priority" in s]
-    assert len(notes) == 3 and all("on mgmt-01, where no workload runs" in s for s in notes)
+    assert len(notes) == 3 and all(re.search(r"on mgmt-0[123], where no workload runs", s)
+                                   for s in notes), notes
     operator = next(p for p in pods if p["metadata"]["namespace"] == "kubeflow")
     assert operator["spec"]["priority"] == 2000000000
 
@@ -322,5 +375,5 @@ def test_a_release_without_its_tolerations_or_priority_fails(tmp_path: Path,
     assert len(low) == 8 and all("priority 0 (no class) on GPU node" in f for f in low), \
         res["report"]["failures"]
     # A node agent whose tolerations are overridden: the DaemonSet controller covers no node.
-    assert "node agent monitoring/probe-prometheus-node-exporter runs on 0 of 9 " \
+    assert "node agent monitoring/probe-prometheus-node-exporter runs on 0 of 11 " \
         "nodes; none on gpu-node-00" in "\n".join(res["report"]["failures"])

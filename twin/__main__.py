@@ -50,10 +50,13 @@ from .operators import (
 )
 from .run import (
     AGENT_LABEL,
+    DNS_SERVICE,
     TwinReport,
     apply_manifests,
     apply_probes,
     gates,
+    ingress_services,
+    install_coredns,
     load_rendering,
     object_key,
     play_gate,
@@ -154,7 +157,9 @@ def _run(argv: list[str] | None) -> int:
                 admission if admission.is_file() else None,
                 authentication if authentication.is_file() else None) as cp:
             address = host_address()
-            prepare(cp, args.shared, manifests, releases, planned_nodes(cluster))
+            nodes = planned_nodes(cluster)
+            prepare(cp, args.shared, manifests, releases, nodes)
+            install_coredns(cp, nodes, str(cluster.kubernetes.service_cidr), report)
             start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
             operator = training_operator_objects(
                 cp, training_operator_kustomization(cluster.platform.training_operator.version),
@@ -177,11 +182,7 @@ def _run(argv: list[str] | None) -> int:
             state = snapshot(cp, settle(cp, report))
             write_state(args.out, state, report)
             verify(cluster, state, runs, report)
-            report.failures += checks.pod_admission(cp, cluster, report.seen)
-            report.failures += checks.anonymous_access(cp, report.seen)
-            report.failures += checks.drain_honours_budget(
-                cp, state["pods"], [m for m in manifests if m["kind"] == "PodDisruptionBudget"],
-                report.seen)
+            live_checks(cp, cluster, state, manifests, releases, report)
     finally:
         logs = args.out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -199,6 +200,22 @@ def scheduler_conf(releases: list[dict]) -> str:
     """The scheduler configuration the Volcano release is given."""
     volcano = next(r for r in releases if r["chart"] == "volcano")
     return volcano["values"]["custom"]["scheduler_config_override"]
+
+
+def live_checks(cp: ControlPlane, cluster: Cluster, state: dict[str, list[dict]],
+                manifests: list[dict], releases: list[dict], report: TwinReport) -> None:
+    """The checks that ask the running cluster (dry runs, requests, drains), drains last:
+    they move pods."""
+    report.failures += checks.pod_admission(cp, cluster, report.seen)
+    report.failures += checks.anonymous_access(cp, report.seen)
+    # The serving budgets on the GPU nodes; the control planes' (CoreDNS, the ingress) are
+    # drained below.
+    report.failures += checks.drain_honours_budget(
+        cp, state["pods"], [m for m in manifests if m["kind"] == "PodDisruptionBudget"
+                            and m["metadata"]["namespace"] in inference_namespaces(cluster)],
+        report.seen)
+    report.failures += checks.control_plane_drains(
+        cp, [DNS_SERVICE, *ingress_services(releases)], report.seen)
 
 
 def verify(cluster: Cluster, state: dict[str, list[dict]], runs: list[tuple[str, str, str]],

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -217,6 +220,155 @@ def drain_honours_budget(cp: ControlPlane, pods: Sequence[Obj], budgets: Sequenc
         finally:
             for n in gpu_nodes:
                 cp.kubectl("uncordon", n, check=False)
+
+
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+Service = tuple[str, str]  # (namespace, name)
+
+
+def _service(endpoint_slice: Obj) -> Service:
+    return (str(get(endpoint_slice, "metadata", "namespace")),
+            str(_labels(endpoint_slice).get("kubernetes.io/service-name")))
+
+
+class EndpointWatch:
+    """The ready endpoints of some Services, from every version of their EndpointSlices that
+    `kubectl get --watch` streams (a dip shorter than any polling period is still seen): now,
+    and the fewest each had since `reset`."""
+
+    def __init__(self, cp: ControlPlane, services: Sequence[Service]) -> None:
+        self.cp, self.services = cp, list(services)
+        self._slices: dict[str, Obj] = {}  # namespace/name -> its latest version
+        self._fewest: dict[Service, int] = {}
+        self._lock = threading.Lock()
+        self.primed = threading.Event()  # set once every Service's slices were listed
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> EndpointWatch:
+        names = ",".join(sorted({name for _, name in self.services}))
+        self._proc = subprocess.Popen(
+            [str(self.cp.bin / "kubectl"), f"--kubeconfig={self.cp.kubeconfig}", "get",
+             "endpointslices", "--all-namespaces", "--watch", "--output-watch-events",
+             "-o", "json", "-l", f"kubernetes.io/service-name in ({names})"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        """One JSON object per watch event: on a line of its own (kubectl 1.35), or indented
+        over several."""
+        assert proc.stdout is not None
+        text = ""
+        for line in proc.stdout:
+            text += line
+            try:
+                event, text = json.loads(text), ""
+            except ValueError:  # not whole yet
+                continue
+            obj = mapping(event, "object")
+            with self._lock:
+                if get(event, "type") == "DELETED":
+                    self._slices.pop(_key(obj), None)
+                elif get(event, "type") in ("ADDED", "MODIFIED"):
+                    self._slices[_key(obj)] = obj
+                ready = self._ready()
+                for s in self.services:
+                    self._fewest[s] = min(self._fewest.get(s, 1 << 30), len(ready[s]))
+                if not set(self.services) - self.listed():
+                    self.primed.set()
+
+    def listed(self) -> set[Service]:
+        """The Services with a slice (the controller makes one even with no endpoint)."""
+        return {_service(o) for o in list(self._slices.values())}
+
+    def _ready(self) -> dict[Service, list[str]]:
+        """Service -> the nodes of its ready endpoints (the API: a missing `ready` is true)."""
+        out: dict[Service, list[str]] = {s: [] for s in self.services}
+        for o in self._slices.values():
+            out.setdefault(_service(o), []).extend(
+                str(get(e, "nodeName", default="?")) for e in items(o, "endpoints")
+                if get(e, "conditions", "ready", default=True))
+        return out
+
+    def ready(self) -> dict[Service, list[str]]:
+        with self._lock:
+            return {s: sorted(hosts) for s, hosts in self._ready().items()}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._fewest = {s: len(h) for s, h in self._ready().items()}
+
+    def fewest(self) -> dict[Service, int]:
+        """Since `reset`; a watch that stopped has not seen them all: no verdict."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise ControlPlaneError("the twin's watch of EndpointSlices stopped")
+        with self._lock:
+            return dict(self._fewest)
+
+    def wait_for(self, counts: Mapping[Service, int], timeout: float) -> bool:
+        """Until each Service has at least its count of ready endpoints again."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.cp.check_alive()
+            if all(len(self.ready()[s]) >= n for s, n in counts.items()):
+                return True
+            time.sleep(0.3)
+        return False
+
+
+def control_plane_drains(cp: ControlPlane, services: Sequence[Service],
+                         seen: list[str]) -> Iterator[str]:
+    """Each control plane drained in turn (a kubelet upgrade, a planned reboot): cluster DNS
+    and the ingress keep a ready endpoint throughout, since each keeps replicas on two hosts
+    and a budget lets a drain evict one at a time. With one control plane nothing can: the
+    outage is noted (the preview's impact says so), not failed."""
+    nodes = sorted(n["metadata"]["name"] for n in cp.get("nodes")["items"]
+                   if CONTROL_PLANE in _labels(n))
+    with EndpointWatch(cp, services) as watch:
+        if not watch.primed.wait(30):
+            missing = sorted(f"{ns}/{name}" for ns, name in set(services) - watch.listed())
+            yield f"no EndpointSlice of {', '.join(missing)} in 30 s: no drain was tried"
+            return
+        for node in nodes:
+            yield from _drain_control_plane(cp, watch, node, len(nodes) == 1, seen)
+
+
+def _drain_control_plane(cp: ControlPlane, watch: EndpointWatch, node: str, alone: bool,
+                         seen: list[str]) -> Iterator[str]:
+    before = watch.ready()
+    watch.reset()
+    # --force: the twin's probes are bare pods (a chart's are owned by a controller).
+    drain = cp.kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
+                       "--force", "--timeout=90s", check=False, timeout=120)
+    fewest = watch.fewest()
+    cp.kubectl("uncordon", node, check=False)
+    # Settled: every Service has as many ready endpoints as before the drain.
+    settled = watch.wait_for({s: len(h) for s, h in before.items()}, 60)
+    after = watch.ready()
+    what = " (the only control plane)" if alone else ""
+    seen.append(f"control-plane drain {node}{what}: " + "; ".join(
+        _endpoints_seen(s[1], fewest[s], before[s], after[s]) for s in watch.services))
+    if drain.returncode != 0:
+        yield f"drain {node} failed: {drain.stderr.strip()[-300:]}"
+    for s in watch.services:
+        if not fewest[s] and not alone:
+            yield (f"drain {node}: {s[0]}/{s[1]} had no ready endpoint during the drain "
+                   f"({len(before[s])} before)")
+        if not settled and len(after[s]) < len(before[s]):
+            yield (f"drain {node}: {s[0]}/{s[1]} had {len(after[s])} of {len(before[s])} "
+                   "ready endpoints 60 s after the uncordon")
+
+
+def _endpoints_seen(name: str, fewest: int, before: Sequence[str], after: Sequence[str]
+                    ) -> str:
+    low = f">= {fewest} throughout" if fewest else "fell to 0"
+    return (f"{name} ready endpoints {low} ({len(before)} before, on "
+            f"{', '.join(after) or 'no node'} after)")
 
 
 def _last_line(text: str) -> str:

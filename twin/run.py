@@ -4,11 +4,14 @@ Every planned node becomes a KWOK node with the labels, taints and allocatable r
 stack and the device plugins give it; every rendered Kubernetes object is applied to the real
 API server (admission, CRD validation and Pod Security included); each Helm release, whose
 chart cannot be fetched here, is stood in for by one probe pod per component, carrying the
-placement the release's values give that component; the real scheduler places what it can.
+placement the release's values give that component (the ingress controller, whose replicas and
+budget a drain tests, by the chart's Deployment, Service and budget); kubeadm's CoreDNS is
+created as `kubeadm init` creates it; the real scheduler places what it can.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -23,11 +26,12 @@ from typing import Any
 import yaml
 
 from components.planning import acceptance_run
+from components.planning.labels import CONTROL_PLANE_LABEL
 from components.planning.nodes import PlannedNode
 from components.planning.release_placement import COMPONENTS, probes
 
 from .controlplane import ControlPlane
-from .objects import describe_event, get, items
+from .objects import describe_event, get, items, mapping
 
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -108,6 +112,16 @@ PROBE_LABEL = "gpucluster.io/twin-probe"
 AGENT_LABEL = "gpucluster.io/twin-node-agent"  # release/component of a node-agent probe
 
 
+# What Pod Security's restricted level admits: a stand-in passes admission in any namespace.
+PROBE_SECURITY = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 65532,
+                  "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _pause(name: str = "probe", **extra: Any) -> dict[str, Any]:
+    """A pause container standing in for a component's own."""
+    return {"name": name, "image": PAUSE, "securityContext": dict(PROBE_SECURITY), **extra}
+
+
 def probe(release: str, component: str, namespace: str, placement: Mapping[str, Any],
           node_agent: bool) -> dict[str, Any]:
     """A pause pod with one chart component's placement and priority; a node agent's is a
@@ -115,13 +129,7 @@ def probe(release: str, component: str, namespace: str, placement: Mapping[str, 
     name = f"probe-{release}-{component}"[:57].rstrip("-")
     labels = {PROBE_LABEL: release, **({AGENT_LABEL: f"{release}.{component}"}
                                        if node_agent else {})}
-    spec = {**placement,
-            "containers": [{"name": "probe", "image": PAUSE,
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "runAsNonRoot": True, "runAsUser": 65532,
-                                "capabilities": {"drop": ["ALL"]},
-                                "seccompProfile": {"type": "RuntimeDefault"}}}]}
+    spec = {**placement, "containers": [_pause()]}
     meta = {"name": name, "namespace": namespace, "labels": labels}
     if not node_agent:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -166,11 +174,145 @@ def apply_probes(cp: ControlPlane, releases: list[dict[str, Any]], report: TwinR
         cp.wait_for_service_account(doc["namespace"])
         agents = {c.name for c in COMPONENTS.get(doc["name"], ()) if c.runs_on == "every-node"}
         for component, placement in probes(doc["name"], doc["values"]).items():
-            _submit(cp, probe(doc["name"], component, doc["namespace"], placement,
-                              component in agents), report)
+            if (doc["chart"], component) == ("ingress-nginx", "controller"):
+                objs = ingress_controller(doc["name"], doc["namespace"], doc["values"],
+                                          placement)
+            else:
+                objs = [probe(doc["name"], component, doc["namespace"], placement,
+                              component in agents)]
+            for obj in objs:
+                _submit(cp, obj, report)
         report.stand_ins.append(f"Helm release {doc['name']} ({doc['chart']} {doc['version']}): "
                                 "probe pods (DaemonSets for node agents) with its placement "
                                 "and priority values")
+        if doc["chart"] == "ingress-nginx":
+            report.stand_ins.append(
+                f"Helm release {doc['name']}'s controller: a Deployment of pause pods with "
+                "the replicas, placement, affinity and priority its values give, the chart's "
+                "Service and, with more than one replica, the chart's PodDisruptionBudget")
+
+
+# ---------------------------------------------------------------- kubeadm's CoreDNS
+
+
+DNS_SERVICE = ("kube-system", "kube-dns")
+DNS_LABELS = {"k8s-app": "kube-dns"}
+
+
+def coredns(service_cidr: str) -> list[dict[str, Any]]:
+    """kubeadm's CoreDNS (cmd/kubeadm/app/phases/addons/dns/manifests.go at the pinned
+    Kubernetes) around a pause container: its ServiceAccount, the `coredns` Deployment with
+    kubeadm's replicas (CoreDNSReplicas), strategy, priority, anti-affinity, tolerations and
+    node selector, and the `kube-dns` Service at kubeadm's address, the service CIDR's 10th
+    (constants.GetDNSIP)."""
+    meta = {"namespace": "kube-system", "labels": dict(DNS_LABELS)}
+    dns = [{"name": "dns", "port": 53, "protocol": "UDP"},
+           {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
+    spec = {
+        "priorityClassName": "system-cluster-critical", "serviceAccountName": "coredns",
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchExpressions": [
+                    {"key": "k8s-app", "operator": "In", "values": ["kube-dns"]}]},
+                "topologyKey": "kubernetes.io/hostname"}}]}},
+        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                        {"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "containers": [_pause("coredns", resources={"limits": {"memory": "170Mi"},
+                                                    "requests": {"cpu": "100m",
+                                                                 "memory": "70Mi"}},
+                              ports=[{"containerPort": 53, "name": p["name"],
+                                      "protocol": p["protocol"]} for p in dns])],
+        "dnsPolicy": "Default"}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "coredns", "namespace": "kube-system"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", **meta},
+         "spec": {"replicas": 2, "strategy": {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": 1}},
+                  "selector": {"matchLabels": dict(DNS_LABELS)},
+                  "template": {"metadata": {"labels": dict(DNS_LABELS)}, "spec": spec}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", **meta},
+         "spec": {"clusterIP": str(ipaddress.ip_network(service_cidr)[10]),
+                  "selector": dict(DNS_LABELS),
+                  "ports": [{**p, "targetPort": 53} for p in dns]}}]
+
+
+def install_coredns(cp: ControlPlane, nodes: Iterable[PlannedNode], service_cidr: str,
+                    report: TwinReport) -> None:
+    """CoreDNS as `kubeadm init` leaves it: created while only the first control plane has
+    joined (the others cordoned), so both replicas run there; then the others join
+    (uncordoned). The scheduler never moves them: only a drain spreads them."""
+    later = [n.name for n in nodes if n.role == "control-plane"][1:]
+    for n in later:
+        cp.kubectl("cordon", n)
+    try:
+        for obj in coredns(service_cidr):
+            _submit(cp, obj, report)
+        # A replica that finds no node is the report's to show (unscheduled), not the twin's.
+        cp.kubectl("rollout", "status", "deployment/coredns", "-n", "kube-system",
+                   "--timeout=180s", check=False, timeout=200)
+    finally:
+        for n in later:
+            cp.kubectl("uncordon", n, check=False)
+    report.stand_ins.append(
+        "cluster DNS: kubeadm's coredns Deployment (its replicas, strategy, priority, "
+        "anti-affinity, tolerations and node selector; pause containers) and kube-dns "
+        "Service, created while only the first control plane had joined")
+
+
+# ---------------------------------------------------------------- ingress-nginx's controller
+
+
+def _ingress_fullname(release: str) -> str:
+    """The chart's "ingress-nginx.controller.fullname" (no name or fullname overrides)."""
+    return f"{release if 'ingress-nginx' in release else f'{release}-ingress-nginx'}-controller"
+
+
+def ingress_services(releases: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(namespace, name) of every ingress-nginx release's controller Service."""
+    return [(r["namespace"], _ingress_fullname(r["name"])) for r in releases
+            if r["chart"] == "ingress-nginx"]
+
+
+def ingress_controller(release: str, namespace: str, values: Mapping[str, Any],
+                       placement: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ingress-nginx 4.13.3 chart's controller (templates/controller-deployment.yaml,
+    controller-service.yaml, controller-poddisruptionbudget.yaml) with pause containers: the
+    replicas, placement, affinity and priority the values give, its Service, and its budget
+    exactly when the chart writes one (more than one replica)."""
+    c = mapping(values, "controller")
+    name = _ingress_fullname(release)
+    selector = {"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/instance": release,
+                "app.kubernetes.io/component": "controller"}
+    meta = {"name": name, "namespace": namespace, "labels": dict(selector)}
+    # With an autoscaler the chart leaves replicas to it and sizes the budget by its minimum.
+    auto = mapping(c, "autoscaling")
+    replicas = int(auto.get("minReplicas", 1) if auto.get("enabled") else
+                   c.get("replicaCount", 1))
+    spec = {**placement, **{k: c[k] for k in ("affinity", "topologySpreadConstraints")
+                            if c.get(k)},
+            "containers": [_pause("controller", ports=[
+                {"name": "http", "containerPort": 80}, {"name": "https", "containerPort": 443}])]}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
+        "replicas": replicas, "selector": {"matchLabels": selector},
+        "minReadySeconds": int(c.get("minReadySeconds", 0)),
+        **({"strategy": c["updateStrategy"]} if c.get("updateStrategy") else {}),
+        "template": {"metadata": {"labels": {**selector, PROBE_LABEL: release}}, "spec": spec}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+        "type": mapping(c, "service").get("type", "LoadBalancer"), "selector": selector,
+        "ports": [{"name": p, "port": port, "targetPort": p, "protocol": "TCP"}
+                  for p, port in (("http", 80), ("https", 443))]}}
+    if replicas <= 1:
+        return [deployment, service]
+    # The template's precedence: minAvailable (the chart's default 1) unless the values hold
+    # the key maxUnavailable.
+    least = c.get("minAvailable", 1)
+    budget = ({"minAvailable": least} if least and "maxUnavailable" not in c else
+              {"maxUnavailable": c["maxUnavailable"]} if c.get("maxUnavailable") else {})
+    return [deployment, service, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+        "spec": {"selector": {"matchLabels": selector}, **budget}}]
 
 
 def training_operator_objects(cp: ControlPlane, kustomization: str, module: Path,

@@ -21,6 +21,7 @@ from components.compat import (
     training_operator_unpinned,
 )
 from components.config import Chart, ChartSource, Cluster, GpuOperator, Platform
+from components.planning import system_spread
 from components.planning.fabric.model import FabricPlan
 from components.planning.labels import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
 from components.planning.release_placement import with_placement
@@ -220,6 +221,7 @@ def _releases(cluster: Cluster) -> list[Release]:
                 "service": {"type": "LoadBalancer",
                             "annotations": {"metallb.io/address-pool": INGRESS_POOL}},
                 "metrics": {"enabled": True, "serviceMonitor": {"enabled": True}},
+                **system_spread.ingress_controller_values(cluster),
             },
         }, after=("metallb", "cert-manager", "prometheus")),
         Release("network-operator", p.network_operator, {

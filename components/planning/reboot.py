@@ -13,14 +13,19 @@ takes every GPU node whose boot settings changed through four commands (componen
                          command line and every rail interface
   uncordon (control plane)  only if the drain cordoned it; releases the lock
 
-The lock (a ConfigMap in kube-system, created atomically) lets one member at a time be out, in
-whatever order `pulumi up` reaches them; hosts that are not members yet (first bring-up) reboot
-without it, all at once. docs/hosts.md, "Planned reboots".
+The lock (a ConfigMap in kube-system, created atomically) lets one member at a time be out;
+hosts that are not members yet (first bring-up) reboot without it, all at once. Each SU's nodes
+queue for it in hostname order (`reboot_queue`): a node's drain starts once the one before it
+has drained, so no more than one drain per SU waits for the lock. A waiting drain holds one of
+the engine's parallel operations (`pulumi up --parallel`, eight on a two-CPU runner): a drain
+per node waiting at once would fill them all on a day-2 change of nine nodes there, and the
+lock holder's reboot step would never start. docs/hosts.md, "Planned reboots".
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 from components.gpu_nodes import GpuNode
 from components.planning.script_files import template
@@ -35,6 +40,30 @@ DRAIN_TIMEOUT = "30m"
 # Dials of the after-boot check: 5 s apart at most (pulumi's retry backoff), 15 s each while the
 # host is down, so at least 20 minutes and about an hour at most (a DGX H100 boots in 5-10).
 BOOT_WAIT_DIALS = 240
+
+
+def reboot_queue(su_of: Mapping[str, int]) -> dict[str, str]:
+    """Each GPU node -> the node before it in its SU's queue for the reboot lock (hostname
+    order); the first of each SU has none. One lane per SU keeps every dependency chain an
+    SU's length, as the Kubernetes upgrade's lanes do."""
+    lanes: dict[int, list[str]] = {}
+    for host in sorted(su_of):
+        lanes.setdefault(su_of[host], []).append(host)
+    return {host: before for hosts in lanes.values()
+            for before, host in zip(hosts, hosts[1:], strict=False)}
+
+
+def engine_slots_problem(lanes: int, parallel: int | None) -> str | None:
+    """Why `pulumi up` with the engine's `parallel` operations could hang on a planned reboot
+    of every member: each of the `lanes` SU queues has one drain waiting for the lock, holding
+    an operation, and the holder's next step needs one free. None when there is room (half
+    the operations for the waiters) or no engine runs the program."""
+    if not parallel or parallel >= 2 * lanes:
+        return None
+    return (f"pulumi's --parallel {parallel}: the GPU nodes' {lanes} SUs each queue one drain "
+            "for the reboot lock, and each waiting drain holds one of the engine's parallel "
+            f"operations, so a reboot of every node could leave none for the lock holder's "
+            f"next step; run `pulumi up --parallel {2 * lanes}` (and preview) or more")
 
 
 def boot_fingerprint(node: GpuNode, host_driver: str | None) -> str:

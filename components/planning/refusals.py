@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from components.config import Cluster
+from components.planning.kubeadm import endpoint
 from components.planning.ssh_keys import fingerprint
 
 
@@ -37,10 +38,27 @@ def unauthorised_key(deployed: Sequence[str], cluster: Cluster) -> str | None:
             "and apply, then change sshPublicKey and the sshPrivateKey secret (docs/day2.md)")
 
 
+def endpoint_moved(deployed: str, new: str) -> str | None:
+    """The API endpoint kubeadm init wrote into every certificate and kubeconfig cannot move:
+    "Turning a single control plane cluster created without --control-plane-endpoint into a
+    highly available cluster is not supported by kubeadm" (kubernetes.io, "Creating a cluster
+    with kubeadm"), and no other move is either."""
+    if deployed == new:
+        return None
+    return (f"kubernetes.controlPlaneEndpoint {deployed} -> {new}: kubeadm init wrote "
+            f"{deployed} into the API server's certificate, every kubeconfig and every "
+            "kubelet's, and kubeadm cannot move a running cluster to another endpoint (nor "
+            "turn a single control plane into several); keep the endpoint (more control "
+            "planes join one that has a VIP), or build the new cluster as a new stack "
+            "(docs/day2.md, \"Control planes\")")
+
+
 def refusals(cluster: Cluster, deployed_version: str | None,
-             deployed_keys: Sequence[str] | None) -> list[str]:
+             deployed_keys: Sequence[str] | None,
+             deployed_endpoint: str | None = None) -> list[str]:
     """Every refusal of this config against what is deployed (nothing deployed: none)."""
     found = [version_skew(deployed_version, cluster.kubernetes.version)
              if deployed_version else None,
-             unauthorised_key(deployed_keys or [], cluster)]
+             unauthorised_key(deployed_keys or [], cluster),
+             endpoint_moved(deployed_endpoint, endpoint(cluster)) if deployed_endpoint else None]
     return [r for r in found if r]

@@ -523,6 +523,10 @@ def _power_cycles(dc: Datacentre) -> Iterator[None]:
         for h in dc.hosts.values():
             if (h.sandbox.state / "shutdown-scheduled").exists():
                 time.sleep(DOWN_S)
+                # Ubuntu's udev rules assemble every array whose members carry an md
+                # superblock at boot (mdadm --incremental): the scratch array comes back.
+                h.sandbox.boot_arrays |= {md.name for md in
+                                          (h.sandbox.root / "sys/block").glob("md*")}
                 h.sandbox.reboot()
                 dc.boots.append((h.name, datetime.now(UTC)))
                 (h.sandbox.state / Path(DOWN).name).unlink(missing_ok=True)

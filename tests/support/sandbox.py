@@ -413,7 +413,10 @@ rm -f "$S/mounts/$(esc "${*: -1}")"
     "kubeadm": r"""
 sub=${1-}; shift || true
 phase=''
-if [ "$sub" = init ] && [ "${1-}" = phase ]; then phase="${2-} ${3-}"; shift 3 || true; fi
+if [ "$sub" = init ] && [ "${1-}" = phase ]; then
+  phase=${2-}; shift 2 || true
+  case "${1-}" in ''|-*) ;; *) phase="$phase $1"; shift ;; esac
+fi
 cfg='' skip_token=0 skip_key=0 upload=0
 args=("$@")
 while [ $# -gt 0 ]; do
@@ -429,6 +432,19 @@ done
 K=/etc/kubernetes
 case "$sub" in
   init)
+    if [ "$phase" = upload-certs ]; then
+      # Re-uploads the control-plane certificates, encrypted under a fresh key it prints last.
+      [ "$upload" = 1 ] || { echo "kubeadm: upload-certs needs --upload-certs" >&2; exit 1; }
+      [ -e "$K/admin.conf" ] || { echo "kubeadm: $K/admin.conf: no such file" >&2; exit 1; }
+      echo '[upload-certs] Storing the certificates in Secret "kubeadm-certs" in the' \
+        '"kube-system" Namespace'
+      # One Secret (kube-system/kubeadm-certs): each upload replaces it under its new key.
+      mkdir -p "$S/cluster"
+      od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$S/cluster/kubeadm-certs-key"
+      echo "[upload-certs] Using certificate key:"
+      cat "$S/cluster/kubeadm-certs-key"; echo
+      exit 0
+    fi
     [ -n "$cfg" ] && [ -f "$cfg" ] || { echo "kubeadm: config file $cfg not found" >&2; exit 1; }
     if [ -n "$phase" ]; then
       [ "$phase" = "upload-config kubelet" ] \
@@ -474,8 +490,20 @@ case "$sub" in
     if grep -q '^controlPlane:' "$cfg"; then
       grep -Eq '^  certificateKey: [0-9a-f]{64}$' "$cfg" \
         || { echo "kubeadm: invalid certificate key in $cfg" >&2; exit 1; }
+      # The certificates decrypt only under the key of the latest upload.
+      if [ -s "$S/cluster/kubeadm-certs-key" ] \
+          && ! grep -qx "  certificateKey: $(cat "$S/cluster/kubeadm-certs-key")" "$cfg"; then
+        echo "error execution phase control-plane-prepare/download-certs: error downloading" \
+          "certs: error decoding secret data with provided key: cipher: message" \
+          "authentication failed" >&2
+        exit 1
+      fi
       mkdir -p "$K/manifests"
-      echo "# stub" > "$K/admin.conf"; echo "# stub" > "$K/manifests/kube-apiserver.yaml"
+      echo "# stub" > "$K/admin.conf"
+      # The cluster's release (its kubeadm-config), else the installed kubeadm's.
+      release=$(cat "$S/cluster/version" 2>/dev/null || cut -d- -f1 "$S/pkgs/kubeadm")
+      echo "    image: registry.k8s.io/kube-apiserver:v$release" \
+        > "$K/manifests/kube-apiserver.yaml"
     fi
     echo "This node has joined the cluster." ;;
   kubeconfig)
