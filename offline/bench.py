@@ -95,8 +95,10 @@ def scale_gpu_nodes(
     for key in ("railsPerLeaf", "spines"):
         (cluster.get("fabric") or {}).pop(key, None)
     # kubeadm gives every node a /24 of the pod CIDR: a larger site needs a wider one (10.128/9
-    # and below stay clear of the management 10.10/16 and service 10.96/12 ranges).
-    kubelets = nodes + sum(1 for h in cluster.get("hosts", ()) if h["role"] == "control-plane")
+    # and below stay clear of the management 10.10/16 and service 10.96/12 ranges), counting
+    # the free slots too (the site grows into them) and every control plane.
+    kubelets = nodes + free_slots + sum(1 for h in cluster.get("hosts", ())
+                                        if h["role"] == "control-plane")
     prefix = 24 - (kubelets - 1).bit_length()
     kube = cluster.get("kubernetes", {})
     if "podCidr" in kube and ipaddress.ip_network(kube["podCidr"]).prefixlen > prefix:

@@ -350,9 +350,10 @@ def test_the_ruleset_is_checked_then_loaded_and_a_rerun_changes_nothing(tmp_path
     assert index(first, "nft", "-c") < index(first, "nft", "-f", RULES)
     assert first.count("nft", "-f", RULES) == 1
     rules = sb.path(RULES).read_text()
-    assert 'define management_ifaces = { "eno1" }' in rules  # the stub's default interface
+    # The stub's default interface, and the one kube-vip announces the VIP on (prod: bond0).
+    assert 'define management_ifaces = { "eno1", "bond0" }' in rules
     assert rules == variable(script(CP.hostname), "FIREWALL_RULES").replace(
-        host_scripts.FIREWALL_IFACES_PLACEHOLDER, '"eno1"') + "\n"
+        host_scripts.FIREWALL_IFACES_PLACEHOLDER, '"eno1", "bond0"') + "\n"
     unit = sb.path("/etc/systemd/system/gpu-cluster-firewall.service").read_text()
     assert f"ExecStart=/usr/sbin/nft -f {RULES}" in unit and "WantedBy=sysinit.target" in unit
     assert (sb.state / "units/gpu-cluster-firewall.enabled").exists()

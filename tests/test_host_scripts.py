@@ -8,6 +8,7 @@ installed or restarted twice.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 import shutil
@@ -49,12 +50,16 @@ NODES = {n.hostname: n for n in CLUSTER.nodes}
 ROLES = {h.hostname: h.role for h in CLUSTER.hosts} | dict.fromkeys(NODES, "gpu-worker")
 HOSTS = sorted({key.split("/")[0] for key in SCRIPTS})
 # Deploy order on one host: prepared first (every other command depends on `<host>-prepare`).
-ORDER = ("prepare-host.sh", "kubeadm-init.sh", "identities.sh", "kubelet-config.sh",
-         "kubeadm-join.sh", "apply-opensm.sh")
+ORDER = ("prepare-host.sh", "kubeadm-init.sh", "kubeadm-join-control-plane.sh", "identities.sh",
+         "kubelet-config.sh", "kubeadm-join.sh", "apply-opensm.sh")
 TOKEN = "abcdef.0123456789abcdef"
 # What a worker's join reads from stdin (kubeadm.WORKER_CREDENTIALS), one per line.
 JOIN = {"JOIN_TOKEN": TOKEN, "CA_CERT_HASH": "sha256:" + "5e" * 32}
 JOIN_STDIN = tuple(JOIN.values())
+# A further control plane's (kubeadm.CONTROL_PLANE_CREDENTIALS): the certificate key and the
+# first control plane's encryption configuration, base64-encoded, besides.
+ENCRYPTION = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\n"
+CP_JOIN_STDIN = (*JOIN_STDIN, "7a" * 32, base64.b64encode(ENCRYPTION.encode()).decode())
 CP = CLUSTER.control_plane[0].hostname
 GPU = CLUSTER.nodes[0].hostname
 SM = CLUSTER.fabric.subnet_managers[0].host
@@ -242,11 +247,21 @@ def check_apply_opensm(sb: Sandbox, run: Run) -> None:
                            ("systemctl", "enable", "--now", "opensm")]
 
 
+def check_cp_join(sb: Sandbox, run: Run) -> None:
+    """Joined once, with the first control plane's encryption key; kube-vip beside it."""
+    assert run.count("kubeadm", "join") == 1
+    assert sb.path("/etc/kubernetes/encryption-config.yaml").read_text() == ENCRYPTION
+    assert sb.path("/etc/kubernetes/manifests/kube-vip.yaml").is_file()
+    assert not sb.path("/etc/kubernetes/kubeadm-join.yaml").exists()
+    assert "7a" * 32 not in run.output and sb.files_containing("7a" * 32) == []
+
+
 CHECKS = {
     ("gpu-worker", "prepare-host.sh"): check_gpu_prepare,
     ("control-plane", "prepare-host.sh"): check_cp_prepare,
     ("sm-host", "prepare-host.sh"): check_sm_prepare,
     ("control-plane", "kubeadm-init.sh"): check_init,
+    ("control-plane", "kubeadm-join-control-plane.sh"): check_cp_join,
     ("control-plane", "identities.sh"): check_identities,
     ("control-plane", "kubelet-config.sh"): check_kubelet_config,
     ("gpu-worker", "kubeadm-join.sh"): check_join,
@@ -263,7 +278,9 @@ def test_every_script_of_a_host_twice(tmp_path: Path, host: str) -> None:
     names = [n for n in ORDER if f"{host}/{n}" in SCRIPTS]
     assert names[0] == "prepare-host.sh"
     for name in names:
-        first = run_twice(sb, script(host, name), JOIN_STDIN if "join" in name else None)
+        stdin = (CP_JOIN_STDIN if name == "kubeadm-join-control-plane.sh" else
+                 JOIN_STDIN if "join" in name else None)
+        first = run_twice(sb, script(host, name), stdin)
         CHECKS[ROLES[host], name](sb, first)
 
 

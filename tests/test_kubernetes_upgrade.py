@@ -248,11 +248,14 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
     diff = yaml.safe_load((project / "build/prod/diff.json").read_text())
     changed = {c["name"]: c["action"] for c in diff}
     gpus = [f"gpu-node-{i:02d}" for i in range(8)]
-    hosts = [CP, *gpus]  # the subnet-manager hosts run no Kubernetes
-    # `<cp>-identities` rewrites the configuration identities are signed with (its version).
-    expected = ({f"{h}-prepare" for h in hosts} | {f"{CP}-kubeadm-init", "kubelet-config",
-                                                   f"{CP}-kubernetes-upgrade",
-                                                   f"{CP}-identities"}
+    planes = [CP, "mgmt-02", "mgmt-03"]
+    hosts = [*planes, *gpus]  # the subnet-manager hosts run no Kubernetes
+    # `<cp>-identities` rewrites the configuration identities are signed with (its version);
+    # a further control plane's join carries the cluster's configuration too (its guarded
+    # re-run does nothing on a member: the upgrade commands apply the version).
+    expected = ({f"{h}-prepare" for h in hosts} | {f"{CP}-kubeadm-init", "kubelet-config"}
+                | {f"{h}-{s}" for h in planes for s in ("kubernetes-upgrade", "identities")}
+                | {f"{h}-kubeadm-join" for h in planes[1:]}
                 | {f"{h}-{s}" for h in gpus
                    for s in ("upgrade-drain", "kubernetes-upgrade", "upgrade-uncordon")})
     assert set(changed) == expected
@@ -260,7 +263,7 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
     impact = proc.stdout.splitlines()
     assert impact[1] == (f"  Kubernetes {old} -> {new}: `pulumi up` runs kubeadm's upgrade: the "
                          "control plane, then the GPU nodes one at a time, each drained")
-    assert impact[4] == ("  nodes drained: 9 (gpu-node-00 … mgmt-01), each in turn for the "
+    assert impact[4] == ("  nodes drained: 11 (gpu-node-00 … mgmt-03), each in turn for the "
                          "upgrade")
     steps = (project / "build/prod/runbook.txt").read_text()
     assert f"kubeadm upgrade apply -y v{new} on {CP}" in steps

@@ -49,7 +49,8 @@ def test_prod_preview_writes_the_whole_contract(prod_copy: Path) -> None:
         assert (build / name).is_file(), name
     for name in FABRIC_FILES:
         assert (build / "fabric" / name).is_file(), f"fabric/{name}"
-    hosts = {"mgmt-01", "sm-01", "sm-02", *(f"gpu-node-{i:02d}" for i in range(8))}
+    hosts = {"mgmt-01", "mgmt-02", "mgmt-03", "sm-01", "sm-02",
+             *(f"gpu-node-{i:02d}" for i in range(8))}
     assert {p.name for p in (build / "scripts").iterdir()} == hosts
     assert (build / "helm" / "gpu-operator.yaml").is_file()
     kinds = {p.name.split("-")[0] for p in (build / "manifests").rglob("*.yaml")}

@@ -147,9 +147,9 @@ def test_a_kubelet_change_is_uploaded_then_rolled_node_by_node(project: Path) ->
     upload = lines[first(lines, "uploads it to the kubelet-config ConfigMap")]
     roll = lines[first(lines, "roll it to")]
     assert first(lines, "uploads it") < first(lines, "roll it to")
-    # Every kubelet of the cluster, the control plane's included.
-    nodes = ", ".join([f"gpu-node-0{i}" for i in range(8)] + ["mgmt-01"])
-    assert f"the 9 nodes already in the cluster ({nodes}), one node at a time" in roll
+    # Every kubelet of the cluster, the control planes' included.
+    nodes = ", ".join([f"gpu-node-0{i}" for i in range(8)] + ["mgmt-01", "mgmt-02", "mgmt-03"])
+    assert f"the 11 nodes already in the cluster ({nodes}), one node at a time" in roll
     assert "kubectl drain <node>" in roll and "kubeadm upgrade node phase kubelet-config" in roll
     assert "systemctl restart kubelet" in roll and "cpu_manager_state" not in roll
     assert "before any join" in upload

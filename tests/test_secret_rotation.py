@@ -100,11 +100,11 @@ def test_swapping_to_an_authorised_key_reruns_every_ssh_command(project: Path) -
     assert set(changed) == everyone and set(changed.values()) == {"update"}
     old, new = fingerprint(PROD_KEY), fingerprint(NEW_KEY)
     assert impact[1] == (f"  SSH key rotation {old} -> {new}: {len(everyone)} commands re-run "
-                         "on 11 hosts with the new secret")
+                         "on 13 hosts with the new secret")
     assert "outage: none expected" in impact[-1]
     assert steps[0].startswith(f"SSH key rotation {old} -> {new}: `pulumi up` logs in with the "
                                f"new key and re-runs every command that holds it "
-                               f"({len(everyone)} commands on 11 hosts)")
+                               f"({len(everyone)} commands on 13 hosts)")
     # Only how the commands log in changes, not what they run: no host preparation step, no
     # opensm restart, no kubelet roll (which would drain every node), no fabric test after.
     assert steps == steps[:1]

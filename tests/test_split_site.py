@@ -102,7 +102,7 @@ def previews(project: Path) -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.slow
 def test_each_part_holds_only_its_share(previews: dict[str, list[dict[str, Any]]]) -> None:
     hosts = "gpucluster:hardware:BareMetalNode"
-    assert names(previews["core"], hosts) == {"mgmt-01", "sm-01", "sm-02"}
+    assert names(previews["core"], hosts) == {"mgmt-01", "mgmt-02", "mgmt-03", "sm-01", "sm-02"}
     assert "mgmt-01-kubeadm-init" in names(previews["core"])
     assert names(previews["su1"], hosts) == {f"gpu-node-{i:02d}" for i in range(31)}
     assert names(previews["su2"], hosts) == {f"gpu-node-{i:02d}" for i in range(32, 62)}

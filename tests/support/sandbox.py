@@ -1552,6 +1552,8 @@ def prod_scripts() -> dict[str, str]:
             scripts[f"{host}/rejoin-opensm.sh"] = sm_rejoin_script(ca)
     init_host = cluster.control_plane[0]
     scripts[f"{init_host.hostname}/kubeadm-init.sh"] = kubeadm.init_script(cluster, init_host)
+    scripts |= {f"{h.hostname}/kubeadm-join-control-plane.sh":
+                kubeadm.control_plane_join_script(cluster, h) for h in cluster.control_plane[1:]}
     scripts |= {f"{h.hostname}/identities.sh": kubeadm.identities_script(cluster, h)
                 for h in cluster.control_plane}
     scripts[f"{init_host.hostname}/kubelet-config.sh"] = kubeadm.kubelet_config_script(
