@@ -314,7 +314,10 @@ class KubeadmCluster(pulumi.ComponentResource):
                 stdin=join_credentials(
                     token.stdout.apply(str.strip), self._ca_hash,
                     cert_key.stdout.apply(str.strip),
-                    encryption.stdout.apply(lambda t: base64.b64encode(t.encode()).decode())),
+                    # The command's stdout comes without the file's last newline: the same
+                    # file, byte for byte, on every control plane.
+                    encryption.stdout.apply(lambda t: base64.b64encode(
+                        (t.rstrip("\n") + "\n").encode()).decode())),
                 # A fresh token later must not re-run a join that happened.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[
                     node.prepared, token, cert_key, encryption, *previous, *self._before_join],
