@@ -67,14 +67,15 @@ bench: $(VENV)/.installed
 	$(PY) -m offline bench
 
 verify-fabric: $(VENV)/.installed
-	@test -n "$(DISCOVERED)" || { echo "usage: make verify-fabric DISCOVERED=ibnetdiscover-dump.txt [STACK=prod] [RATE=4xNDR|any]"; exit 2; }
+	@test -n "$(DISCOVERED)" || { echo "usage: make verify-fabric DISCOVERED=ibnetdiscover-dump.txt [STACK=prod] [RATE=4xNDR|any] [FABRIC=storage]"; exit 2; }
 	@! grep -q '^ *gpu-cluster:site:' Pulumi.$(STACK).yaml 2>/dev/null || { echo "verify-fabric: $(STACK) plans no fabric (a split site's fabric is its core part's): run it with STACK=<the core stack>, the gpu-cluster:site of Pulumi.$(STACK).yaml" >&2; exit 2; }
 	@# The plan must be this config's: a preview that fails (exit 2: config error) leaves
 	@# build/ stale. Exit 3 (a policy violation) still renders the fabric.
 	@$(PY) -m offline preview --stack $(STACK) --quiet >/dev/null; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 3 ]; then \
 	    echo "verify-fabric: the preview of $(STACK) failed (exit $$rc), so build/$(STACK)/fabric is not this config's plan; fix the config (make preview STACK=$(STACK))" >&2; exit 2; fi
-	$(PY) tools/verify_fabric.py --plan build/$(STACK)/fabric/topology.net --discovered $(DISCOVERED) $(if $(RATE),--rate $(RATE))
+	@test -z "$(FABRIC)" || test -f build/$(STACK)/storage-fabric/topology.net || { echo "verify-fabric: $(STACK) has no storage fabric (fabric.storageFabric); leave FABRIC out to check the compute fabric" >&2; exit 2; }
+	$(PY) tools/verify_fabric.py --plan build/$(STACK)/$(if $(FABRIC),storage-fabric,fabric)/topology.net --discovered $(DISCOVERED) $(if $(RATE),--rate $(RATE))
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

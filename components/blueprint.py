@@ -23,7 +23,14 @@ from components.bootstrap import (
 )
 from components.config import Cluster
 from components.config_types import CLUSTER_KEY
-from components.fabric import FabricArgs, InfinibandFabric, SubnetManagerArgs, SwitchArgs
+from components.fabric import (
+    COMPUTE_FABRIC_TYPE,
+    STORAGE_FABRIC_TYPE,
+    FabricArgs,
+    InfinibandFabric,
+    SubnetManagerArgs,
+    SwitchArgs,
+)
 from components.gpu_nodes import GpuNode
 from components.hardware import BareMetalNodeArgs, Hardware
 from components.kube import cluster_provider
@@ -77,6 +84,9 @@ class Blueprint:
 
     # What this part of a split site publishes for the others' policies (`facts` output).
     published_facts: dict[str, Any] = field(default_factory=dict)
+    # The storage fabric (fabric.storageFabric): its plan and component, or none.
+    storage_fabric_plan: FabricPlan | None = None
+    storage_fabric: InfinibandFabric | None = None
 
     @property
     def site_exports(self) -> dict[str, Any]:
@@ -131,25 +141,33 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         site = site_link.link(cluster, pulumi.get_stack(), nodes)
         secrets = secrets.after(site.ready)
     # The fabric files are the core part's: only it pushes them to the subnet managers.
+    storage_plan = placement.storage_plan(cluster) if core else None
     fabric_files = render_fabric_files(_planned(fabric_plan)) if core else {}
-    artifacts: Artifacts = dict(fabric_files)
+    storage_files = render_fabric_files(storage_plan, "storage-fabric/") if storage_plan else {}
+    artifacts: Artifacts = fabric_files | storage_files
     published: dict[str, Any] = {}
 
     hardware, files = _hardware_layer(cluster, secrets, nodes, core)
     artifacts |= files
-    fabric = None
+    fabric = storage_fabric = None
     if core:
+        prepared = _require(hardware, "the core part prepares its hosts")
         fabric, files = _fabric_layer(cluster, secrets, _planned(fabric_plan), fabric_files,
-                                      _require(hardware, "the core part prepares its hosts"))
+                                      prepared)
         artifacts |= files
         published = {"hcas": site_facts.cabled_hcas(fabric.published_facts)}
+        if storage_plan is not None:
+            storage_fabric, files = _fabric_layer(cluster, secrets, storage_plan,
+                                                  storage_files, prepared)
+            artifacts |= files
 
     cp = _control_plane_host(cluster, secrets, hardware)
     kube = None
     if core or nodes:
         kube, files = _bootstrap_layer(
             cluster, leaves, _require(hardware, "a part with hosts prepares them"), cp,
-            nodes, core, site.kubeconfig if site else None, fabric)
+            nodes, core, site.kubeconfig if site else None,
+            [f for f in (fabric, storage_fabric) if f is not None])
         artifacts |= files
     provider = kube.provider if kube is not None else None
     if provider is None and site is not None:
@@ -167,7 +185,8 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         artifacts |= files
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
                      dict(sorted(artifacts.items())), site,
-                     published if cluster.split is not None else {})
+                     published if cluster.split is not None else {},
+                     storage_plan, storage_fabric)
 
 
 def _planned(fabric_plan: FabricPlan | None) -> FabricPlan:
@@ -209,14 +228,17 @@ def _hardware_layer(cluster: Cluster, secrets: Secrets, nodes: Sequence[GpuNode]
 def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
                   fabric_files: Artifacts, hardware: Hardware
                   ) -> tuple[InfinibandFabric, Artifacts]:
-    """The subnet managers' files (standbys first, the master last) and every switch's port
-    map."""
+    """One fabric (the compute rails, or the storage fabric): its subnet managers' files
+    (standbys first, the master last) and every switch's port map."""
+    storage_fabric = cluster.fabric.storage_fabric if fabric_plan.spec.purpose == "storage" \
+        else None
+    name = "storage-fabric" if storage_fabric else "fabric"
     artifacts: Artifacts = {}
     sm_of = {sm.hostname: sm for sm in fabric_plan.sm}
     order = sm_restart_order({h: sm.priority for h, sm in sm_of.items()})
     subnet_managers = {}
     for host in order:  # the master is last
-        files = sm_host_files(fabric_files, host)
+        files = sm_host_files(fabric_files, host, f"{name}/")
         master = host == order[-1]
         script = sm_apply_script(files, sm_of[host].hca, master)
         artifacts[f"scripts/{host}/apply-opensm.sh"] = script
@@ -226,30 +248,32 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
             artifacts[f"scripts/{host}/rejoin-opensm.sh"] = rejoin
         subnet_managers[host] = SubnetManagerArgs(hardware.nodes[host], files, script, rejoin)
     domain = cluster.network.domain
-    ips, keys = cluster.fabric.switch_management_ips, cluster.fabric.switch_host_keys
+    facts = storage_fabric or cluster.fabric
+    ips, keys = facts.switch_management_ips, facts.switch_host_keys
     switches = {
-        name: SwitchArgs(address=str(ips.get(name, f"{name}.{domain}")),
-                         host_key=keys.get(name),
-                         password=secrets.switch_password_for(name),
-                         cli=switch_config.switch_cli(name, ports,
-                                                      host_sm=bool(fabric_plan.sm),
-                                                      radix=cluster.fabric.radix))
-        for name, ports in switch_config.port_maps(fabric_plan).items()
+        sw: SwitchArgs(address=str(ips.get(sw, f"{sw}.{domain}")),
+                       host_key=keys.get(sw),
+                       password=secrets.switch_password_for(sw),
+                       cli=switch_config.switch_cli(sw, ports,
+                                                    host_sm=bool(fabric_plan.sm),
+                                                    radix=cluster.fabric.radix))
+        for sw, ports in switch_config.port_maps(fabric_plan).items()
     }
-    for name, sw in switches.items():
-        artifacts[f"fabric/switches/{name}.cli"] = sw.cli
-    fabric = InfinibandFabric("fabric", FabricArgs(
+    for sw, args in switches.items():
+        artifacts[f"{name}/switches/{sw}.cli"] = args.cli
+    fabric = InfinibandFabric(name, FabricArgs(
         sm_hosts=subnet_managers,
         switches=switches, switch_user=cluster.fabric.switch_user,
         switch_password=secrets.switch_password,
-        sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)))
+        sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)),
+        type_=STORAGE_FABRIC_TYPE if storage_fabric else COMPUTE_FABRIC_TYPE)
     return fabric, artifacts
 
 
 def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardware: Hardware,
                      cp: ControlPlaneHost, nodes: Sequence[GpuNode], core: bool,
                      core_kubeconfig: pulumi.Output[Any] | None,
-                     fabric: InfinibandFabric | None) -> tuple[KubeadmCluster, Artifacts]:
+                     fabrics: list[InfinibandFabric]) -> tuple[KubeadmCluster, Artifacts]:
     """kubeadm: init and the control-plane joins (core), the owned nodes' joins, planned
     reboots and upgrades."""
     init_host = cluster.control_plane[0]
@@ -283,7 +307,7 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
         reboot_queue=reboot.reboot_queue({n.hostname: n.su for n in nodes}),
         decommission=frozenset(cluster.gpu_nodes.decommission),
         upgrade=kube_upgrade,
-    ), pulumi.ResourceOptions(depends_on=[fabric] if fabric else None))
+    ), pulumi.ResourceOptions(depends_on=list(fabrics) or None))
 
     artifacts: Artifacts = {}
     if init_script:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from components.config import Cluster
+from components.config import Cluster, SubnetManager
 from components.planning.fabric.render import report_lines as fabric_report
 
 if TYPE_CHECKING:  # the blueprint holds the layer components; this module only reads it
@@ -20,12 +20,15 @@ def report_lines(bp: Blueprint) -> list[str]:
         order += [
             f"prepare hosts ({len(bp.hardware.nodes) if bp.hardware else 0}: drivers, "
             "kernel, containerd, scratch RAID0, LNet)",
-            "subnet managers: " + ", ".join(f"{sm.host} (priority {sm.priority})"
-                                            for sm in c.fabric.subnet_managers),
+            "subnet managers: " + _sms(c.fabric.subnet_managers),
             f"switch settings: {len(bp.fabric.switches)} switches",
-            f"kubeadm init on {c.control_plane[0].hostname}, then the kubelet settings "
-            "joining nodes read" + _ha_joins(c),
         ]
+        if bp.storage_fabric is not None and c.fabric.storage_fabric is not None:
+            order.append("storage fabric: subnet managers "
+                         + _sms(c.fabric.storage_fabric.subnet_managers)
+                         + f", {len(bp.storage_fabric.switches)} switches")
+        order.append(f"kubeadm init on {c.control_plane[0].hostname}, then the kubelet "
+                     "settings joining nodes read" + _ha_joins(c))
     if workers:
         order.append(f"kubeadm join: {len(workers)} GPU nodes ({_span(workers)}), each "
                      "after its planned reboot when its boot settings need one (kernel "
@@ -41,7 +44,13 @@ def report_lines(bp: Blueprint) -> list[str]:
                      + (f" (SUs {', '.join(map(str, c.split.sus))})" if c.split.sus else ""))
     fabric = fabric_report(bp.fabric_plan) \
         if bp.fabric is not None and bp.fabric_plan is not None else []
+    if bp.storage_fabric_plan is not None:
+        fabric += fabric_report(bp.storage_fabric_plan)
     return fabric + ["Bring-up order:"] + [f"  {i}. {step}" for i, step in enumerate(order, 1)]
+
+
+def _sms(sms: tuple[SubnetManager, ...]) -> str:
+    return ", ".join(f"{sm.host} (priority {sm.priority})" for sm in sms)
 
 
 def _ha_joins(c: Cluster) -> str:

@@ -28,9 +28,11 @@ from components.config_types import (
     DnsLabel,
     ExactVersion,
     Guid,
+    HcaName,
     HostKey,
     IPv4,
     Model,
+    NetdevName,
     PinnedImage,
     PKey,
     PublicKey,
@@ -106,16 +108,45 @@ class Partition(Model):
 
 
 class StorageServer(Model):
-    """A storage server (Lustre MGS/MDS/OSS) cabled into the compute fabric: each port GUID is
-    one single-port HCA on its own leaf of the first SU, planned, cabled and verified like a
-    node's rail, a full member of the compute partitions and an I/O node to ftree."""
+    """A storage server (Lustre MGS/MDS/OSS): each port GUID is one single-port HCA on its own
+    leaf of the first SU, planned, cabled and verified like a node's rail. On the compute
+    rails a full member of the compute partitions; with a storage fabric, on that fabric
+    only. An I/O node to ftree either way."""
 
     hostname: DnsLabel
     rack: DnsLabel
     port_guids: tuple[Guid, ...] = Field(min_length=1, max_length=8)
 
 
-class Fabric(Model):
+class SwitchFacts(Model):
+    """What is read off a fabric's switches (`ibswitches`, `ssh-keyscan`), by planned name.
+    A switch is reached at <name>.<network.domain> unless an address is given here."""
+
+    switch_guids: Annotated[dict[str, Guid], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
+    switch_management_ips: Annotated[dict[str, IPv4], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
+    switch_host_keys: Annotated[dict[str, HostKey], AfterValidator(read_only)] = Field(
+        default_factory=empty_read_only)
+
+
+class StorageFabric(SwitchFacts):
+    """Storage on an InfiniBand fabric of its own, as a DGX SuperPOD builds it: every GPU
+    node's storage ports (DGX H100: port 1 of each of the two storage ConnectX-7s), the
+    storage servers and this fabric's own subnet managers on their own leaves and spines
+    (`storage-leaf-su<n>-r<i>`, `storage-spine-<nn>`). LNet then runs over the storage ports
+    only, and the compute rails carry nothing but the GPUs' traffic."""
+
+    hcas: tuple[HcaName, ...] = Field(min_length=1, max_length=4)
+    netdevs: tuple[NetdevName, ...] = Field(min_length=1, max_length=4)
+    subnet_managers: tuple[SubnetManager, ...] = Field(min_length=1)
+    # Clients limited, the storage servers full: clients reach the servers, never each
+    # other. At P_Key index 0, where IPoIB and LNet look.
+    pkey: PKey = 0x0A02
+    spines: int | None = Field(None, ge=1, le=64)
+
+
+class Fabric(SwitchFacts):
     switch_model: Literal["QM9700"] = "QM9700"
     radix: Literal[64] = 64
     nodes_per_su: int = Field(32, ge=1, le=32)
@@ -127,16 +158,9 @@ class Fabric(Model):
     switch_user: str = "admin"
     subnet_managers: tuple[SubnetManager, ...] = Field(min_length=1)
     partitions: tuple[Partition, ...] = Field(min_length=1)
-    # Storage on the compute rails (the one storage placement modelled: a SuperPOD's separate
-    # storage fabric on the DGX storage ConnectX-7s is not, docs/fabric.md).
+    # On the compute rails, or with `storageFabric` on a fabric of their own (docs/fabric.md).
     storage_servers: tuple[StorageServer, ...] = ()
-    switch_guids: Annotated[dict[str, Guid], AfterValidator(read_only)] = Field(
-        default_factory=empty_read_only)
-    # Switches are reached at <name>.<network.domain> unless an address is given here.
-    switch_management_ips: Annotated[dict[str, IPv4], AfterValidator(read_only)] = Field(
-        default_factory=empty_read_only)
-    switch_host_keys: Annotated[dict[str, HostKey], AfterValidator(read_only)] = Field(
-        default_factory=empty_read_only)
+    storage_fabric: StorageFabric | None = None
 
 
 class ControlPlaneEndpoint(Model):

@@ -207,10 +207,15 @@ def _unique_guids(c: Cluster) -> Iterator[Problem]:
     nodes = c.nodes
     guids = [(f"inventory:{n.hostname}.rails[{r.index}].portGuid", r.port_guid)
              for n in nodes for r in n.rails]
+    guids += [(f"inventory:{n.hostname}.storage{p.index}.portGuid", p.port_guid)
+              for n in nodes for p in n.storage_ports]
     guids += [(f"hosts[{i}].fabricPortGuid", h.fabric_port_guid) for i, h in enumerate(c.hosts)]
     guids += [(f"fabric.storageServers[{i}].portGuids[{j}]", g)
               for i, s in enumerate(c.fabric.storage_servers) for j, g in enumerate(s.port_guids)]
     guids += [(f"fabric.switchGuids.{k}", v) for k, v in sorted(c.fabric.switch_guids.items())]
+    if c.fabric.storage_fabric is not None:
+        guids += [(f"fabric.storageFabric.switchGuids.{k}", v)
+                  for k, v in sorted(c.fabric.storage_fabric.switch_guids.items())]
     guids += [(f"inventory:switches.{k}", v)
               for k, v in sorted(c.inventory.switch_guids.items())]
     for path, value, first in _duplicates(guids):
@@ -277,6 +282,77 @@ def _subnet_managers(c: Cluster) -> Iterator[Problem]:
         yield Problem("fabric.subnetManagers", [s.host for s in sms],
                       "production needs a master and a standby subnet manager",
                       "add a second sm-host with a lower priority")
+
+
+def _storage_fabric(c: Cluster) -> Iterator[Problem]:
+    """A storage fabric of its own: its subnet managers on sm-hosts of their own, storage ports
+    that are not compute rails, one interface name per port, and servers to carry."""
+    sf = c.fabric.storage_fabric
+    yield from _storage_port_facts(c)
+    if sf is None:
+        return
+    key = "fabric.storageFabric"
+    roles = {h.hostname: h.role for h in c.hosts}
+    compute_sms = {sm.host for sm in c.fabric.subnet_managers}
+    for i, sm in enumerate(sf.subnet_managers):
+        if roles.get(sm.host) != "sm-host":
+            yield Problem(f"{key}.subnetManagers[{i}].host", sm.host,
+                          "is not a host with role sm-host",
+                          "name a hosts[] entry whose role is sm-host")
+        elif sm.host in compute_sms:
+            yield Problem(f"{key}.subnetManagers[{i}].host", sm.host,
+                          "also runs the compute fabric's subnet manager: an SM host has one "
+                          "fabric port (hosts[].fabricPortGuid), on one fabric",
+                          "give the storage fabric sm-hosts of its own")
+    for path, value, first in _duplicates([(f"{key}.subnetManagers[{i}].priority", s.priority)
+                                           for i, s in enumerate(sf.subnet_managers)]):
+        yield Problem(path, value, f"same sm_priority as {first}",
+                      "give the master the highest priority (e.g. 15) and the standby a lower one")
+    if c.environment == "production" and len(sf.subnet_managers) < 2:
+        yield Problem(f"{key}.subnetManagers", [s.host for s in sf.subnet_managers],
+                      "production needs a master and a standby subnet manager on each fabric",
+                      "add a second sm-host with a lower priority")
+    rails = set(c.gpu_nodes.template.hcas)
+    for i, hca in enumerate(sf.hcas):
+        if hca in rails:
+            yield Problem(f"{key}.hcas[{i}]", hca, "is a compute rail (gpuNodes.template.hcas)",
+                          "name the storage ConnectX-7 ports (DGX H100: mlx5_7 and mlx5_1, "
+                          "port 1 of each storage card; `ibdev2netdev` lists them)")
+    for path, value, first in _duplicates([(f"{key}.hcas[{i}]", h)
+                                           for i, h in enumerate(sf.hcas)]):
+        yield Problem(path, value, f"HCA already listed at {first}", "list each storage port once")
+    if len(sf.netdevs) != len(sf.hcas):
+        yield Problem(f"{key}.netdevs", list(sf.netdevs),
+                      f"{len(sf.netdevs)} interface names for {len(sf.hcas)} storage HCAs",
+                      "list one IPoIB interface per storage HCA, in the same order")
+    netdevs = set(c.gpu_nodes.template.netdevs)
+    for i, netdev in enumerate(sf.netdevs):
+        if netdev in netdevs:
+            yield Problem(f"{key}.netdevs[{i}]", netdev,
+                          "is a compute rail's interface (gpuNodes.template.netdevs)",
+                          "use the storage port's IPoIB interface (`ibdev2netdev`)")
+    if not c.fabric.storage_servers:
+        yield Problem(f"{key}", "no fabric.storageServers",
+                      "a storage fabric with no storage server on it carries nothing",
+                      "list the Lustre servers' ports under fabric.storageServers, or remove "
+                      "fabric.storageFabric")
+
+
+def _storage_port_facts(c: Cluster) -> Iterator[Problem]:
+    """The inventory's storage-port rows (`storage<i>`) name ports the config has."""
+    sf = c.fabric.storage_fabric
+    hcas = sf.hcas if sf is not None else ()
+    for n in c.nodes:
+        for p in n.storage_ports:
+            where = f"inventoryFile ({n.hostname} storage{p.index})"
+            if p.index >= len(hcas):
+                yield Problem(where, p.index, f"storage port {p.index} but fabric.storageFabric "
+                              f"has {len(hcas)} storage HCAs",
+                              "remove the row, or configure fabric.storageFabric.hcas")
+            elif p.hca is not None and p.hca != hcas[p.index]:
+                yield Problem(where, p.hca, f"the host calls storage port {p.index} {p.hca}, "
+                              f"fabric.storageFabric.hcas[{p.index}] says {hcas[p.index]}",
+                              "make the inventory and fabric.storageFabric.hcas agree")
 
 
 def _partitions(c: Cluster) -> Iterator[Problem]:
@@ -714,6 +790,7 @@ CHECKS: dict[str, Check] = {
     "su-slots": _su_slots,
     "control-plane-quorum": _control_plane_quorum,
     "subnet-managers": _subnet_managers,
+    "storage-fabric": _storage_fabric,
     "partitions": _partitions,
     "address-plan": _address_plan,
     "topology-manager-fits-gpus": _topology_manager_fits_gpus,

@@ -46,15 +46,22 @@ class FabricArgs:
     sm_keys: Sequence[Any] = ()  # M_Key, SM_Key, SA_Key: Pulumi secrets
 
 
+# The compute fabric's type, and a storage fabric's: the pack reads the compute rails' cabling
+# from the first alone, and checks its subnet managers, keys and switches on both.
+COMPUTE_FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
+STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"
+
+
 class InfinibandFabric(pulumi.ComponentResource):
     def __init__(self, name: str, args: FabricArgs,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 opts: pulumi.ResourceOptions | None = None,
+                 type_: str = COMPUTE_FABRIC_TYPE) -> None:
         # What the switch commands and subnet-manager files configure, for the policy pack
         # (and a split site's other parts, through the core's `facts` output).
         facts = fabric_facts({sw: s.cli for sw, s in args.switches.items()},
                              {host: sm.files for host, sm in args.sm_hosts.items()})
         self.published_facts = facts
-        super().__init__("gpucluster:fabric:InfinibandFabric", name, {"facts": facts}, opts)
+        super().__init__(type_, name, {"facts": facts}, opts)
         # One at a time, in the order given (standbys, then the master): each waits for the
         # previous one to be back in its role.
         self.subnet_managers: dict[str, command.remote.Command] = {}

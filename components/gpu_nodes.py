@@ -29,6 +29,15 @@ class Rail:
 
 
 @dataclass(frozen=True)
+class StoragePort:
+    """Storage port `index` as the inventory read it (fabric.storageFabric.hcas[index])."""
+
+    index: int
+    hca: str | None
+    port_guid: str | None
+
+
+@dataclass(frozen=True)
 class GpuNode:
     """One GPU server after template, range, override and inventory are merged."""
 
@@ -43,6 +52,7 @@ class GpuNode:
     management_mac: str | None
     template: NodeTemplate
     origin: str  # key path that defined the node, for error messages
+    storage_ports: tuple[StoragePort, ...] = ()  # the inventory's, with a storage fabric
 
     @property
     def gpu(self) -> GpuSpec:
@@ -107,6 +117,8 @@ def expand_nodes(spec: GpuNodes, inventory: Inventory) -> NodeExpansion:
                 ssh_host_key=facts.ssh_host_key if facts else None,
                 management_mac=facts.management_mac if facts else None,
                 template=spec.template, origin=where,
+                storage_ports=tuple(StoragePort(i, f.hca, f.port_guid) for i, f in sorted(
+                    facts.storage_ports.items())) if facts else (),
             )
             if facts:
                 problems += _fact_problems(node, facts, src, spec.template.gpu.count)
@@ -121,6 +133,9 @@ def _fact_problems(node: GpuNode, facts: Any, src: str, rails: int) -> list[Prob
                                           for r in node.rails]
     checks += [(f"rail {r.index} portGuid", r.port_guid, check_guid)
                for r in node.rails if r.port_guid]
+    checks += [(f"storage port {p.index} hca", p.hca, check_hca) for p in node.storage_ports]
+    checks += [(f"storage port {p.index} portGuid", p.port_guid, check_guid)
+               for p in node.storage_ports if p.port_guid]
     checks += [("managementMac", node.management_mac, check_mac),
                ("sshHostKey", node.ssh_host_key, check_host_key)]
     for what, value, check in checks:
@@ -144,7 +159,10 @@ def _normalised(node: GpuNode) -> GpuNode:
     """Lower-case GUIDs and MACs from the inventory so comparisons are exact."""
     rails = tuple(Rail(r.index, r.hca, r.netdev, r.port_guid.lower() if r.port_guid else None)
                   for r in node.rails)
+    storage = tuple(StoragePort(p.index, p.hca, p.port_guid.lower() if p.port_guid else None)
+                    for p in node.storage_ports)
     mac = node.management_mac.lower() if isinstance(node.management_mac, str) else None
-    return GpuNode(**{**node.__dict__, "rails": rails, "management_mac": mac})
+    return GpuNode(**{**node.__dict__, "rails": rails, "management_mac": mac,
+                      "storage_ports": storage})
 
 

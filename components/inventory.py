@@ -31,6 +31,8 @@ class NodeFacts:
     rails: dict[int, RailFacts] = field(default_factory=dict)
     management_mac: str | None = None
     ssh_host_key: str | None = None
+    # Storage port i (fabric.storageFabric.hcas[i]) on a storage fabric of its own.
+    storage_ports: dict[int, RailFacts] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Inventory:
 
 
 CSV_COLUMNS = ("hostname", "rail", "hca", "portGuid", "managementMac", "sshHostKey")
+# A row whose rail is `storage<i>` is storage port i (fabric.storageFabric.hcas[i]).
+STORAGE_RAIL = "storage"
 
 
 def load_inventory(path: Path) -> Inventory:
@@ -57,7 +61,8 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def _load_csv(path: Path) -> Inventory:
-    """One row per (host, rail); node-level columns repeat and must agree across a host's rows."""
+    """One row per (host, rail), or per storage port (`storage<i>`); node-level columns repeat
+    and must agree across a host's rows."""
     nodes: dict[str, dict] = {}
     with path.open(newline="") as fh:
         reader = csv.reader(fh)
@@ -79,7 +84,7 @@ def _load_csv(path: Path) -> Inventory:
         host = rec.get("hostname")
         if not host:
             raise InventoryError(f"{path}:{lineno}: empty hostname. Fix: fill the hostname column.")
-        node = nodes.setdefault(host, {"rails": {}})
+        node = nodes.setdefault(host, {"rails": {}, "storage_ports": {}})
         for key, attr in (("managementMac", "management_mac"), ("sshHostKey", "ssh_host_key")):
             if key in rec:
                 if node.get(attr) not in (None, rec[key]):
@@ -89,19 +94,24 @@ def _load_csv(path: Path) -> Inventory:
                     )
                 node[attr] = rec[key]
         if "rail" in rec:
-            rail = _rail(rec["rail"], f"{path}:{lineno}")
-            if rail in node["rails"]:
+            storage = rec["rail"].startswith(STORAGE_RAIL)
+            kind = "storage port" if storage else "rail"
+            rail = _rail(rec["rail"].removeprefix(STORAGE_RAIL), f"{path}:{lineno}")
+            ports = node["storage_ports" if storage else "rails"]
+            if rail in ports:
                 raise InventoryError(
-                    f"{path}:{lineno}: {host} rail {rail} listed twice. Fix: one row per rail."
+                    f"{path}:{lineno}: {host} {kind} {rail} listed twice. Fix: one row per "
+                    f"{kind}."
                 )
-            node["rails"][rail] = RailFacts(hca=rec.get("hca"), port_guid=rec.get("portGuid"))
+            ports[rail] = RailFacts(hca=rec.get("hca"), port_guid=rec.get("portGuid"))
     return Inventory(
         nodes={h: NodeFacts(**n) for h, n in sorted(nodes.items())}, source=str(path)
     )
 
 
 def _load_yaml(path: Path) -> Inventory:
-    """`nodes: {host: {managementMac, sshHostKey, rails: {0: {hca, portGuid}}}}`, `switches`."""
+    """`nodes: {host: {managementMac, sshHostKey, rails: {0: {hca, portGuid}}, storagePorts:
+    {0: {hca, portGuid}}}}`, `switches`."""
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -112,29 +122,22 @@ def _load_yaml(path: Path) -> Inventory:
     for host, facts in sorted(_mapping(doc.get("nodes"), f"{path}: nodes").items()):
         where = f"{path}: nodes.{host}"
         facts = _mapping(facts, where)
-        extra = set(facts) - {"managementMac", "sshHostKey", "rails"}
+        extra = set(facts) - {"managementMac", "sshHostKey", "rails", "storagePorts"}
         if extra:
             raise InventoryError(
                 f"{where}: unknown keys {sorted(extra)}. "
-                "Fix: use managementMac, sshHostKey and rails."
+                "Fix: use managementMac, sshHostKey, rails and storagePorts."
             )
-        rails = {}
-        for r, v in _mapping(facts.get("rails"), f"{where}.rails").items():
-            v = _mapping(v, f"{where}.rails.{r}")
-            if set(v) - {"hca", "portGuid"}:
-                raise InventoryError(
-                    f"{where}.rails.{r}: unknown keys {sorted(set(v) - {'hca', 'portGuid'})}. "
-                    "Fix: a rail has hca and portGuid."
-                )
-            rails[_rail(r, f"{where}.rails")] = RailFacts(hca=v.get("hca"),
-                                                          port_guid=_hex(v.get("portGuid")))
+        rails, storage = (_yaml_ports(facts.get(key), f"{where}.{key}")
+                          for key in ("rails", "storagePorts"))
         mac = facts.get("managementMac")
         if mac is not None and not isinstance(mac, str):
             raise InventoryError(
                 f"{where}.managementMac: YAML read {mac!r} as a number. Fix: quote the MAC."
             )
         nodes[str(host)] = NodeFacts(
-            rails=rails, management_mac=mac, ssh_host_key=facts.get("sshHostKey")
+            rails=rails, management_mac=mac, ssh_host_key=facts.get("sshHostKey"),
+            storage_ports=storage,
         )
     switches = {}
     for name, v in sorted(_mapping(doc.get("switches"), f"{path}: switches").items()):
@@ -146,6 +149,20 @@ def _load_yaml(path: Path) -> Inventory:
             )
         switches[str(name)] = guid
     return Inventory(nodes=nodes, switch_guids=switches, source=str(path))
+
+
+def _yaml_ports(value: object, where: str) -> dict[int, RailFacts]:
+    """A node's `rails` or `storagePorts`: {number: {hca, portGuid}}."""
+    ports = {}
+    for r, v in _mapping(value, where).items():
+        v = _mapping(v, f"{where}.{r}")
+        if set(v) - {"hca", "portGuid"}:
+            raise InventoryError(
+                f"{where}.{r}: unknown keys {sorted(set(v) - {'hca', 'portGuid'})}. "
+                "Fix: a port has hca and portGuid."
+            )
+        ports[_rail(r, where)] = RailFacts(hca=v.get("hca"), port_guid=_hex(v.get("portGuid")))
+    return ports
 
 
 def _mapping(value: object, where: str) -> dict:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from components.config import INVENTORY, Cluster
+from components.config import INVENTORY, Cluster, SwitchFacts
 from components.config_checks import semantic_problems
 from components.config_errors import pydantic_problems
 from components.config_types import PROJECT, ConfigError, Problem
@@ -89,23 +89,37 @@ def _fabric_problems(cluster: Cluster) -> list[Problem]:
             planned = planned.model_copy(update={
                 "fabric": planned.fabric.model_copy(update={pin: None})})
             continue
-        return problems + _retired_switch_facts(cluster, plan)
+        return problems + _retired_switch_facts("fabric", cluster.fabric, plan) \
+            + _storage_fabric_problems(cluster)
 
 
-def _retired_switch_facts(cluster: Cluster, plan: FabricPlan) -> list[Problem]:
-    """A switch's facts the plan has no switch for: left behind by a regrouping (its retired
-    switches) or a typo. Each would be silently unused; all are reported in one run."""
+def _storage_fabric_problems(cluster: Cluster) -> list[Problem]:
+    """The storage fabric (fabric.storageFabric) planned too, and its switch facts checked."""
+    try:
+        plan = placement.storage_plan(cluster)
+    except PlanError as err:
+        return [Problem(err.path, err.value, err.message, err.fix)]
+    sf = cluster.fabric.storage_fabric
+    if plan is None or sf is None:
+        return []
+    return _retired_switch_facts("fabric.storageFabric", sf, plan)
+
+
+def _retired_switch_facts(key_path: str, facts: SwitchFacts, plan: FabricPlan
+                          ) -> list[Problem]:
+    """A switch's facts (`switchGuids`, … under `key_path`) the plan has no switch for: left
+    behind by a regrouping (its retired switches) or a typo. Each would be silently unused;
+    all are reported in one run."""
     names = {sw.name for sw in plan.switches}
-    f = cluster.fabric
-    return [Problem(f"fabric.{key}.{name}", str(value),
+    return [Problem(f"{key_path}.{key}.{name}", str(value),
                     "names no switch of the fabric plan (fabric.railsPerLeaf, fabric.spines "
                     "and the nodes decide its switches): a retired switch's or a misspelt one",
-                    f"remove fabric.{key}.{name} (the runbook retires a switch from what is "
-                    "deployed, not from this entry), or correct the name")
-            for key, facts in (("switchGuids", f.switch_guids),
-                               ("switchManagementIps", f.switch_management_ips),
-                               ("switchHostKeys", f.switch_host_keys))
-            for name, value in sorted(facts.items()) if name not in names]
+                    f"remove {key_path}.{key}.{name} (the runbook retires a switch from what "
+                    "is deployed, not from this entry), or correct the name")
+            for key, by_switch in (("switchGuids", facts.switch_guids),
+                                   ("switchManagementIps", facts.switch_management_ips),
+                                   ("switchHostKeys", facts.switch_host_keys))
+            for name, value in sorted(by_switch.items()) if name not in names]
 
 
 # Secrets are separate `secure:` keys so they never enter the model (or plan files, or logs).
@@ -248,8 +262,9 @@ def _device_names(project: str, key: str) -> list[str]:
 
 def _unknown_devices(cluster: Cluster, devices: Mapping[str, list[str]]) -> list[Problem]:
     """A name that is no device would silently leave that device on the shared password."""
-    known = {"switchPasswords": {sw.name for sw in placement.plan(cluster).switches}
-             if devices.get("switchPasswords") else set(),  # planned only when asked
+    plans = (placement.plan(cluster), placement.storage_plan(cluster)) \
+        if devices.get("switchPasswords") else ()  # planned only when asked
+    known = {"switchPasswords": {sw.name for plan in plans if plan for sw in plan.switches},
              "bmcPasswords": {h.hostname for h in cluster.hosts if h.bmc_address is not None}
              | {n.hostname for n in cluster.nodes if n.bmc_address is not None}}
     return [Problem(f"(secret) {PROJECT}:{key}.{name}", name,

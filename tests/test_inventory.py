@@ -290,3 +290,26 @@ def test_a_switch_without_a_guid_is_refused(tmp_path) -> None:
     path.write_text("switches:\n  leaf-su1-r0-1: {}\n")
     with pytest.raises(InventoryError, match=r"switches\.leaf-su1-r0-1 has no guid\. Fix: "):
         load_inventory(path)
+
+
+def test_storage_port_rows_in_either_form(tmp_path) -> None:
+    """A storage fabric's ports: CSV rows with rail `storage<i>`, YAML `storagePorts`; the
+    same facts either way, apart from the node's rails."""
+    csv_path = write(tmp_path, "inv.csv", f"{HEADER}\n"
+                     "gpu-node-00,0,mlx5_0,0xb83fd20300a13c10,,\n"
+                     "gpu-node-00,storage0,mlx5_7,0x0c42a10300d10001,,\n"
+                     "gpu-node-00,storage1,mlx5_1,0x0c42a10300d10003,,\n")
+    yaml_path = write(tmp_path, "inv.yaml", yaml.safe_dump({"nodes": {"gpu-node-00": {
+        "rails": {0: {"hca": "mlx5_0", "portGuid": "0xb83fd20300a13c10"}},
+        "storagePorts": {0: {"hca": "mlx5_7", "portGuid": "0x0c42a10300d10001"},
+                         1: {"hca": "mlx5_1", "portGuid": "0x0c42a10300d10003"}}}}}))
+    want = {0: RailFacts("mlx5_7", "0x0c42a10300d10001"),
+            1: RailFacts("mlx5_1", "0x0c42a10300d10003")}
+    for path in (csv_path, yaml_path):
+        node = load_inventory(path).nodes["gpu-node-00"]
+        assert node.storage_ports == want and set(node.rails) == {0}
+    twice = write(tmp_path, "twice.csv", f"{HEADER}\n"
+                  "gpu-node-00,storage0,mlx5_7,0x0c42a10300d10001,,\n"
+                  "gpu-node-00,storage0,mlx5_7,0x0c42a10300d10001,,\n")
+    msg = inventory_error(twice)
+    assert f"{twice}:3:" in msg and "gpu-node-00 storage port 0 listed twice" in msg

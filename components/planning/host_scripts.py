@@ -57,6 +57,8 @@ FIREWALL_IFACES_PLACEHOLDER = "@MANAGEMENT_IFACES@"
 FIREWALL_STEPS = body("host/firewall.sh")
 
 GPU_STEPS = body("host/gpu.sh")
+# Reads only: with a storage fabric, each storage port is there under the name LNet uses.
+STORAGE_PORTS = body("host/storage-ports.sh")
 
 
 # Local NVMe scratch (DataDrives). DGX H100: 2 x 1.92 TB M.2 NVMe for DGX OS (RAID1) and
@@ -336,6 +338,7 @@ def _source_env(name: str, source: AptSource | None) -> str:
 def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
 
     gpu_op = cluster.platform.gpu_operator
+    sf = cluster.fabric.storage_fabric
     drives = _data_drive_env(node)
     env = _common_env(cluster) + dedent(
         f"""\
@@ -352,11 +355,13 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         SCRATCH_FS="{cluster.storage.scratch.filesystem}"
         SCRATCH_MOUNT="{cluster.storage.scratch.mount_point}"
         LNET_NET="{cluster.storage.lnet_network}"
-        LNET_IFACES="{' '.join(r.netdev for r in node.rails)}"
+        LNET_IFACES="{' '.join(netdev for _, netdev in lnet.lnet_interfaces(cluster, node))}"
         LUSTRE_CLIENT_VERSION="{cluster.storage.lustre_client.version}"
         """
     ) + _source_env("LUSTRE", cluster.storage.lustre_client.source) + _source_env(
         "DOCA", cluster.platform.network_operator.doca_source) + (
+        f'STORAGE_HCAS="{" ".join(sf.hcas)}"\nSTORAGE_NETDEVS="{" ".join(sf.netdevs)}"\n'
+        if sf else "") + (
         f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n") + _lnet_env(cluster, node) + (
         _hardening_env(cluster, "gpu-worker", node.hostname, node.management_ip, stack_key))
     header = HEADER.format(
@@ -368,9 +373,9 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
     # checks run first: they only read, and stop the script before any change.
     scratch = node.template.data_drives is not None
-    steps = (APT_KEYS + BOARD_CHECK + DRIVER_OWNER + PACKAGE_SOURCES
-             + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS + SSHD_STEPS + FIREWALL_STEPS
-             + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
+    steps = (APT_KEYS + BOARD_CHECK + (STORAGE_PORTS if sf else "") + DRIVER_OWNER
+             + PACKAGE_SOURCES + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS
+             + SSHD_STEPS + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
     return header + env + steps + 'log "host preparation complete"\n'
 
 

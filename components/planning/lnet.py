@@ -7,7 +7,8 @@ shape `lnetctl export --backup` writes). docs/hosts.md, "Lustre client and LNet"
 
 o2ib resolves a peer's NID through IPoIB (rdma_cm), so every client NI needs an IPv4 address
 on the Lustre servers' IPoIB subnet (the MGS NIDs' addresses are in `storage.lnetAddresses.cidr`).
-All eight rails share that one subnet: multi-rail on one subnet needs `arp_ignore=1`,
+The NIs are the eight rails, or with a storage fabric the node's storage ports. They share
+that one subnet: multi-rail on one subnet needs `arp_ignore=1`,
 `arp_announce=2` and a routing table per interface, or the kernel answers ARP for every rail's
 address on any rail and sends everything out of one interface.
 """
@@ -52,10 +53,22 @@ class RailAddress:
 # ---------------------------------------------------------------- addresses
 
 
+def lnet_interfaces(cluster: Cluster, node: GpuNode) -> tuple[tuple[int, str], ...]:
+    """(index, netdev) of the interfaces LNet runs on: the node's storage ports when storage
+    has a fabric of its own (fabric.storageFabric; the rails then carry only the GPUs'
+    traffic), else every rail."""
+    sf = cluster.fabric.storage_fabric
+    if sf is not None:
+        return tuple(enumerate(sf.netdevs))
+    return tuple((r.index, r.netdev) for r in node.rails)
+
+
 def _block_size(cluster: Cluster) -> int:
-    """Addresses per rail: the client range split into one equal block per rail."""
-    rails = max(1, len(cluster.gpu_nodes.template.hcas))
-    return cluster.storage.lnet_addresses.client_range.num_addresses // rails
+    """Addresses per LNet interface: the client range split into one equal block per rail
+    (or per storage port)."""
+    sf = cluster.fabric.storage_fabric
+    ports = max(1, len(sf.netdevs if sf is not None else cluster.gpu_nodes.template.hcas))
+    return cluster.storage.lnet_addresses.client_range.num_addresses // ports
 
 
 def node_offset(cluster: Cluster, node: GpuNode) -> int:
@@ -65,15 +78,15 @@ def node_offset(cluster: Cluster, node: GpuNode) -> int:
 
 
 def rail_addresses(cluster: Cluster, node: GpuNode) -> tuple[RailAddress, ...]:
-    """Rail r of a node: block r of the client range, at the node's fabric place (SU, slot).
-    Deterministic per node and rail; adding or removing a node moves no other address."""
+    """LNet interface i of a node (rail i, or storage port i): block i of the client range,
+    at the node's fabric place (SU, slot). Deterministic per node and interface; adding or
+    removing a node moves no other address."""
     la = cluster.storage.lnet_addresses
     base = int(la.client_range.network_address)
     size, offset = _block_size(cluster), node_offset(cluster, node)
-    return tuple(RailAddress(r.index, r.netdev,
-                             ipaddress.IPv4Address(base + r.index * size + offset),
+    return tuple(RailAddress(i, netdev, ipaddress.IPv4Address(base + i * size + offset),
                              la.cidr.prefixlen)
-                 for r in node.rails)
+                 for i, netdev in lnet_interfaces(cluster, node))
 
 
 def config_problems(cluster: Cluster) -> Iterator[tuple[str, Any, str, str]]:
@@ -122,7 +135,8 @@ def config_problems(cluster: Cluster) -> Iterator[tuple[str, Any, str, str]]:
     for node in cluster.nodes:
         offset = node_offset(cluster, node)
         if offset >= size:
-            need = 2 ** (max(1, len(node.rails)) * (offset + 1) - 1).bit_length()
+            ports = len(lnet_interfaces(cluster, node))
+            need = 2 ** (max(1, ports) * (offset + 1) - 1).bit_length()
             yield (f"{path}.clientRange", str(la.client_range),
                    f"gives each rail {size} addresses; {node.hostname} (SU {node.su}, slot "
                    f"{node.slot}) is node number {offset}",
@@ -141,12 +155,13 @@ def config_problems(cluster: Cluster) -> Iterator[tuple[str, Any, str, str]]:
 
 
 def lnet_document(cluster: Cluster, node: GpuNode) -> dict:
-    """The `lnetctl import` document: one o2ib net with every rail's IPoIB interface as a
-    local NI (multi-rail), peer discovery on."""
+    """The `lnetctl import` document: one o2ib net with every LNet interface (each rail, or
+    each storage port) as a local NI (multi-rail), peer discovery on."""
     return {
         "net": [{
             "net type": cluster.storage.lnet_network,
-            "local NI(s)": [{"interfaces": {0: r.netdev}} for r in node.rails],
+            "local NI(s)": [{"interfaces": {0: netdev}}
+                            for _, netdev in lnet_interfaces(cluster, node)],
         }],
         "global": {"discovery": 1},
     }

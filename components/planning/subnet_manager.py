@@ -178,13 +178,15 @@ def sm_role_wait(ca: str, master: bool, seconds: int = SM_SETTLE_SECONDS,
     ]
 
 
-def sm_host_files(fabric_files: dict[str, str], host: str) -> dict[str, str]:
-    """The rendered fabric/ files one SM host needs, keyed by where they go on the host."""
+def sm_host_files(fabric_files: dict[str, str], host: str, prefix: str = "fabric/"
+                  ) -> dict[str, str]:
+    """The rendered files of one fabric (under `prefix`) one SM host needs, keyed by where
+    they go on the host."""
     shared = ("partitions.conf", "root_guids.conf", "cn_guids.conf", "io_guids.conf",
               "node-name-map")
-    files = {f"{SM_CONF_DIR}/{name}": fabric_files[f"fabric/{name}"] for name in shared
-             if f"fabric/{name}" in fabric_files}
-    files[f"{SM_CONF_DIR}/opensm.conf"] = fabric_files[f"fabric/sm/{host}/opensm.conf"]
-    files["/etc/default/opensm"] = fabric_files[f"fabric/sm/{host}/opensm.default"]
+    files = {f"{SM_CONF_DIR}/{name}": fabric_files[f"{prefix}{name}"] for name in shared
+             if f"{prefix}{name}" in fabric_files}
+    files[f"{SM_CONF_DIR}/opensm.conf"] = fabric_files[f"{prefix}sm/{host}/opensm.conf"]
+    files["/etc/default/opensm"] = fabric_files[f"{prefix}sm/{host}/opensm.default"]
     files[SM_UNIT_DROPIN] = SM_UNIT_DROPIN_TEXT
     return files

@@ -30,6 +30,7 @@ KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RDMA_RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
 FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
+STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"  # fabric.storageFabric
 COMMAND_TYPES = ("command:remote:Command",)
 
 

@@ -129,10 +129,13 @@ def ssh_host_key_pinned(args: ResourceValidationArgs, report: Report) -> None:
     key = get(conn, "hostKey")
     if not isinstance(key, str) or not key.strip():
         host = get(conn, "host")
-        # The stack's switch commands (`<switch>-config`, in the fabric component) take the
-        # key from fabric.switchHostKeys; hosts and GPU nodes from their inventory rows.
+        # The stack's switch commands (`<switch>-config`, in a fabric component) take the
+        # key from fabric.switchHostKeys (a storage fabric's from fabric.storageFabric's);
+        # hosts and GPU nodes from their inventory rows.
         switch = ":fabric:" in args.urn and args.name.endswith("-config")
-        where = ("fabric.switchHostKeys in the stack file" if switch
+        keys = ("fabric.storageFabric.switchHostKeys" if ":fabric:StorageFabric" in args.urn
+                else "fabric.switchHostKeys")
+        where = (f"{keys} in the stack file" if switch
                  else "the host's inventory entry (sshHostKey)")
         report(f"connection to {host!r} has no hostKey; add `ssh-keyscan -t ed25519 {host}`'s "
                f"key to {where}")

@@ -12,7 +12,7 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from .common import FABRIC_TYPE, cabled_rails, config, qty
+from .common import FABRIC_TYPE, STORAGE_FABRIC_TYPE, cabled_rails, config, qty
 from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
 
 # The stack's node label naming a GPU node's SU (SU_LABEL in components/planning/labels.py,
@@ -20,6 +20,9 @@ from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
 SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"
 
 MANDATORY = EnforcementLevel.MANDATORY
+# Both fabrics' components: the compute rails and a storage fabric of its own each have their
+# switches, subnet managers and partitions checked alike.
+FABRICS = (FABRIC_TYPE, STORAGE_FABRIC_TYPE)
 
 
 def _facts(args: Any) -> Any:
@@ -35,7 +38,7 @@ def _switches(args: Any) -> list[tuple[str, Any]]:
     "fabric-facts-published",
     "The fabric component publishes its facts, so the fabric rules have something to check",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def fabric_facts_published(args: ResourceValidationArgs, report: Report) -> None:
     """Every fabric rule reads these facts; without them a miscabled or oversubscribed plan
@@ -50,7 +53,7 @@ def fabric_facts_published(args: ResourceValidationArgs, report: Report) -> None
     "fabric-non-blocking",
     "Every leaf has at least as many switch uplinks as host-facing ports (1:1, non-blocking)",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def fabric_non_blocking(args: ResourceValidationArgs, report: Report) -> None:
     """All-reduce across nodes runs at the bisection bandwidth: a 2:1 leaf halves the
@@ -69,7 +72,7 @@ def fabric_non_blocking(args: ResourceValidationArgs, report: Report) -> None:
     "fabric-within-radix",
     "No switch uses a port beyond its radix (QM9700: 64 ports)",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def fabric_within_radix(args: ResourceValidationArgs, report: Report) -> None:
     """A plan that needs port 65 on a 64-port switch cannot be cabled; the technician finds
@@ -118,7 +121,7 @@ def fabric_one_leaf_per_rail_per_su(args: StackValidationArgs, report: Report) -
     "subnet-managers-redundant",
     "At least two subnet managers with distinct priorities in 0..15",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def subnet_managers_redundant(args: ResourceValidationArgs, report: Report) -> None:
     """With one SM the fabric cannot re-route around a failed link or switch once that SM's
@@ -142,7 +145,7 @@ def subnet_managers_redundant(args: ResourceValidationArgs, report: Report) -> N
     "subnet-manager-m-key-protected",
     "Every subnet manager protects the ports' configuration with an M_Key at level 2",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def subnet_manager_m_key_protected(args: ResourceValidationArgs,
                                    report: Report) -> None:
@@ -161,7 +164,7 @@ def subnet_manager_m_key_protected(args: ResourceValidationArgs,
     "subnet-manager-keys-secret",
     "The subnet managers' M_Key, SM_Key and SA_Key come from Pulumi secrets, not the file",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def subnet_manager_keys_secret(args: ResourceValidationArgs, report: Report) -> None:
     """A key written in the rendered opensm.conf is in the plan, the state and every
@@ -180,7 +183,7 @@ def subnet_manager_keys_secret(args: ResourceValidationArgs, report: Report) -> 
     "switch-sm-disabled",
     "When host subnet managers run, every switch has its embedded SM off",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def switch_sm_disabled(args: ResourceValidationArgs, report: Report) -> None:
     """A QM9700's embedded SM at a higher priority would take mastership from opensm with a
@@ -197,7 +200,7 @@ def switch_sm_disabled(args: ResourceValidationArgs, report: Report) -> None:
     "partition-pkeys-in-range",
     "Tenant partition keys are distinct and in 0x0001..0x7ffe (0x7fff is the default)",
     MANDATORY,
-    (FABRIC_TYPE,),
+    FABRICS,
 )
 def partition_pkeys_in_range(args: ResourceValidationArgs, report: Report) -> None:
     """PKeys are 15 bits; 0x0000 is invalid and 0x7fff the default partition, so a tenant on

@@ -302,7 +302,9 @@ class SimFabric:
         """The P_Key of the SA's path record from `slid` to `dlid` (None: the SA returns no
         path, i.e. the two ports share no P_Key in which one of them is a full member)."""
         res = self.run(["saquery", "-p", "--slid", str(slid), "--dlid", str(dlid)], 30)
-        m = re.search(r"pkey\.+0x([0-9A-Fa-f]{4})", res.stdout)
+        # saquery prints the source port's table entry without leading zeros: 0xA02 for a
+        # limited member of 0x0a02.
+        m = re.search(r"pkey\.+0x([0-9A-Fa-f]{1,4})\b", res.stdout)
         return int(m.group(1), 16) if m else None
 
     def ipoib_groups(self, host: str) -> dict[int, int]:

@@ -1048,6 +1048,14 @@ class Sandbox:
         self.hcas = {**self.hcas, hca: pci}
         self._name_netdev(pci)
 
+    def add_storage_card(self, hca: str, pci: str) -> None:
+        """A dual-port storage ConnectX-7 (DGX H100 slots 1 and 2): port 1 (function 0) the
+        InfiniBand HCA `hca`, port 2 (function 1) Ethernet. Being multi-function, udev names
+        port 1's interface with its function (ibp170s0f0)."""
+        (self.root / "sys/devices/pci0000:00" / (pci[:-1] + "1")).mkdir(parents=True,
+                                                                        exist_ok=True)
+        self.add_hca(hca, pci)
+
     def netdev(self, hca: str) -> str:
         """The IPoIB interface of an HCA, as the fake kernel named it at the last boot."""
         return next((self.root / "sys/devices/pci0000:00" / self.hcas[hca] / "net").iterdir()).name
@@ -1061,7 +1069,10 @@ class Sandbox:
             (self.root / "sys/class/net" / old.name).unlink(missing_ok=True)
             old.rmdir()
         _, bus, slot_fn = pci.split(":")
-        name = f"ibp{int(bus, 16)}s{int(slot_fn.split('.')[0], 16)}"
+        slot, fn = slot_fn.split(".")
+        name = f"ibp{int(bus, 16)}s{int(slot, 16)}"
+        if any(f.name != pci for f in net.parent.parent.glob(pci[:-1] + "*")):
+            name += f"f{int(fn, 16)}"  # net_id: a multi-function device's names say the function
         for link in sorted((self.root / "etc/systemd/network").glob("*.link")):
             text = link.read_text()
             if f"Path=pci-{pci}\n" in text and (m := re.search(r"^Name=(\S+)$", text, re.M)):
@@ -1451,6 +1462,9 @@ def dgx_h100_drives(missing: Iterable[str] = ()) -> DgxStorage:
 DGX_H100_HCAS = {"mlx5_0": "0000:18:00.0", "mlx5_3": "0000:40:00.0", "mlx5_4": "0000:4f:00.0",
                  "mlx5_5": "0000:5e:00.0", "mlx5_6": "0000:9a:00.0", "mlx5_9": "0000:c0:00.0",
                  "mlx5_10": "0000:ce:00.0", "mlx5_11": "0000:dc:00.0"}
+# The storage ports (port 1 of the ConnectX-7 in storage slots 1 and 2) and their PCI functions,
+# DGX OS naming them ibp170s0f0 and ibp41s0f0.
+DGX_H100_STORAGE_HCAS = {"mlx5_7": "0000:aa:00.0", "mlx5_1": "0000:29:00.0"}
 # Rail r's interface on DGX OS (the same table, GPU r's ConnectX in rail order).
 DGX_H100_RAIL_NETDEVS = ("ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0", "ibp192s0",
                          "ibp206s0", "ibp220s0")

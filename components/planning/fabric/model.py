@@ -67,7 +67,7 @@ class SmHost:
 
 @dataclass(frozen=True, slots=True)
 class StorageServer:
-    """A storage server on the compute rails (a Lustre MGS/MDS/OSS): one single-port HCA per
+    """A storage server (a Lustre MGS/MDS/OSS) on the fabric planned: one single-port HCA per
     `port_guids` entry, each cabled to its own leaf of the first SU."""
 
     hostname: str
@@ -125,9 +125,16 @@ class FabricSpec:
     switch_guids: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     partitions: tuple[Partition, ...] = (Partition(name="compute", pkey=0x0001, data_path=True),)
     storage_servers: tuple[StorageServer, ...] = ()
+    # compute: the GPUs' rails. storage: a fabric of its own for the storage servers and each
+    # node's storage ports (DGX SuperPOD), its switches named storage-leaf-…, storage-spine-….
+    purpose: Literal["compute", "storage"] = "compute"
     sm_conf_dir: str = "/etc/opensm"
     sm_log_file: str = "/var/log/opensm.log"
     sm_sweep_interval: int = 10
+
+    @property
+    def switch_prefix(self) -> str:
+        return "storage-" if self.purpose == "storage" else ""
 
     @property
     def half(self) -> int:

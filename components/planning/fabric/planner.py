@@ -97,10 +97,20 @@ def _rails_per_leaf(spec: FabricSpec, su: int, slots: int) -> int:
     return max(fits) if fits else 1
 
 
-def _leaf_name(su: int, rails: Sequence[int]) -> str:
+def _leaf_name(su: int, rails: Sequence[int], prefix: str = "") -> str:
     if len(rails) == 1:
-        return f"leaf-su{su}-r{rails[0]}"
-    return f"leaf-su{su}-r{rails[0]}-{rails[-1]}"
+        return f"{prefix}leaf-su{su}-r{rails[0]}"
+    return f"{prefix}leaf-su{su}-r{rails[0]}-{rails[-1]}"
+
+
+def kept_slots(spec: FabricSpec, sm_hosts: int, storage_ports: int) -> int:
+    """Slots the first SU keeps beyond its nodes for the subnet managers' and storage servers'
+    ports. A compute fabric keeps one for its subnet managers (storage servers on the rails
+    share it, with the ports beyond the rail blocks); a storage fabric keeps as many as all
+    of them need. One kept slot is one port on every rail of every leaf: `rails_per_node`."""
+    if spec.purpose == "storage":
+        return -(-(sm_hosts + storage_ports) // spec.rails_per_node)
+    return 1 if sm_hosts else 0
 
 
 def _validate(nodes: Sequence[FabricNode], sms: Sequence[SmHost], spec: FabricSpec) -> None:
@@ -204,7 +214,7 @@ class _Wiring:
             s_count = [d for d in _divisors(half)
                        if d >= min(2, half) and n * (half // d) <= radix][0]
         p = half // s_count
-        self.top = [f"spine-{j + 1:02d}" for j in range(s_count)]
+        self.top = [f"{self.spec.switch_prefix}spine-{j + 1:02d}" for j in range(s_count)]
         for leaf_i, leaf in enumerate(leaves):
             leaf.position = leaf_i
             for u in range(half):
@@ -215,6 +225,7 @@ class _Wiring:
 
     def three_tier(self, leaves: list[_Leaf]) -> None:
         half, radix, rails = self.spec.half, self.spec.radix, self.spec.rails_per_node
+        pre = self.spec.switch_prefix
         per_pod = half // rails
         if per_pod < 1:
             raise PlanError("gpuNodes.template.gpu.count", rails,
@@ -235,12 +246,12 @@ class _Wiring:
         for leaf in leaves:
             for u in range(half):
                 self.link(Endpoint(leaf.name, half + 1 + u),
-                          Endpoint(f"spine-p{leaf.pod}-{u + 1:02d}", 1 + leaf.position),
+                          Endpoint(f"{pre}spine-p{leaf.pod}-{u + 1:02d}", 1 + leaf.position),
                           "leaf-spine")
-        self.top = [f"core-{j * c + i + 1:03d}" for j in range(half) for i in range(c)]
+        self.top = [f"{pre}core-{j * c + i + 1:03d}" for j in range(half) for i in range(c)]
         for pod in pods:
             for j in range(half):
-                sn = f"spine-p{pod}-{j + 1:02d}"
+                sn = f"{pre}spine-p{pod}-{j + 1:02d}"
                 self.switches.append((sn, "spine", 2, pod))
                 for i in range(c):
                     for k in range(q):
@@ -250,25 +261,32 @@ class _Wiring:
         self.switches += [(cn, "core", 3, None) for cn in self.top]
 
 
-def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool,
+def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, kept: int,
                   first_su: int | None = None
                   ) -> tuple[list[_Leaf], dict[tuple[int, int], _Leaf], dict[int, int]]:
-    """Leaves per SU. With subnet-manager hosts the first SU keeps one slot beyond its nodes
-    for them (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot): they hang off leaves like any
-    host, so ftree routes them to every switch and to each other. `first_su`: the site's first
-    SU, when `nodes` are only some of the site's."""
+    """Leaves per SU. The first SU keeps `kept` slots beyond its nodes (`kept_slots`) for the
+    subnet-manager hosts and storage servers (DGX SuperPOD: 4 SUs = 127 DGX and the UFM
+    slot): they hang off leaves like any host, so ftree routes them to every switch and to
+    each other. `first_su`: the site's first SU, when `nodes` are only some of the site's."""
     su_slots: dict[int, int] = {}
     for n in nodes:
         su_slots[n.su] = max(su_slots.get(n.su, 0), n.slot + 1)
     first = min(su_slots, default=0) if first_su is None else first_su
-    if sm_slot and first in su_slots:
-        if su_slots[first] >= spec.half:
-            raise PlanError(
-                f"gpuNodes (SU {first})", su_slots[first],
-                f"fills all {spec.half} slots of SU {first}; its leaves keep one slot for the "
-                "subnet-manager hosts", f"leave slot {spec.half - 1} of SU {first} free (DGX "
-                "SuperPOD: 4 SUs = 127 DGX and the UFM slot), or put the node in another SU")
-        su_slots[first] += 1
+    if kept and first in su_slots:
+        if su_slots[first] + kept > spec.half:
+            used, half = su_slots[first], spec.half
+            if kept == 1:
+                message = (f"fills all {half} slots of SU {first}; its leaves keep one slot "
+                           "for the subnet-manager hosts")
+                fix = f"leave slot {half - 1} of SU {first} free"
+            else:
+                message = (f"needs {used} slots of SU {first}, whose leaves keep {kept} of "
+                           f"their {half} for the subnet-manager hosts and storage servers")
+                fix = f"use only slots 0..{half - kept - 1} of SU {first}"
+            raise PlanError(f"gpuNodes (SU {first})", used, message,
+                            f"{fix} (DGX SuperPOD: 4 SUs = 127 DGX and the UFM slot), or put "
+                            "the node in another SU")
+        su_slots[first] += kept
     leaves: list[_Leaf] = []
     leaf_of: dict[tuple[int, int], _Leaf] = {}  # (su, rail) -> leaf
     g_of: dict[int, int] = {}
@@ -276,7 +294,8 @@ def _build_leaves(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool,
         g = g_of[su] = _rails_per_leaf(spec, su, su_slots[su])
         for gi in range(spec.rails_per_node // g):
             rails = tuple(range(gi * g, gi * g + g))
-            leaf = _Leaf(_leaf_name(su, rails), su, gi, rails, g, spec.half // g)
+            leaf = _Leaf(_leaf_name(su, rails, spec.switch_prefix), su, gi, rails, g,
+                         spec.half // g)
             leaves.append(leaf)
             for r in rails:
                 leaf_of[(su, r)] = leaf
@@ -340,13 +359,13 @@ def _assign_guids(nodes: Sequence[FabricNode], sms: Sequence[SmHost], switch_nam
     )
 
 
-def leaf_names(nodes: Sequence[FabricNode], spec: FabricSpec, sm_slot: bool, first_su: int
+def leaf_names(nodes: Sequence[FabricNode], spec: FabricSpec, kept: int, first_su: int
                ) -> dict[tuple[int, int], str]:
     """(SU, rail) -> the leaf `plan_fabric` cables it to, for these nodes' SUs only: a leaf
     depends on its SU's own slots alone (and, in the site's first SU, on the slot kept for the
     subnet-manager hosts), so a part owning some SUs names their leaves without planning the
     whole fabric."""
-    _, leaf_of, _ = _build_leaves(nodes, spec, sm_slot, first_su)
+    _, leaf_of, _ = _build_leaves(nodes, spec, kept, first_su)
     return {key: leaf.name for key, leaf in leaf_of.items()}
 
 
@@ -362,12 +381,13 @@ def plan_fabric(
     sms = sorted(sm_hosts, key=lambda s: (-s.priority, s.hostname))
     warnings: list[str] = []
 
-    leaves, leaf_of, g_of = _build_leaves(nodes, spec, bool(sms))
+    kept = kept_slots(spec, len(sms), sum(len(s.port_guids) for s in spec.storage_servers))
+    leaves, leaf_of, g_of = _build_leaves(nodes, spec, kept)
     tiers = _tiers(spec, len(leaves))
     w = _wire_switches(spec, leaves, tiers)
     hca_cables = _cable_hcas(nodes, leaf_of, w)
-    sm_ports, sm_cables = _cable_sms(sms, leaves, w, spec.half)
-    storage, storage_cables = _cable_storage(spec.storage_servers, leaves, w, spec.half)
+    sm_ports, sm_cables = _cable_sms(sms, leaves, w, spec.half, kept)
+    storage, storage_cables = _cable_storage(spec.storage_servers, leaves, w, spec.half, kept)
 
     guids = _assign_guids(nodes, sms, [lf.name for lf in leaves] + [s[0] for s in w.switches],
                           spec, warnings)
@@ -439,11 +459,11 @@ def _cable_hcas(nodes: Sequence[FabricNode], leaf_of: dict[tuple[int, int], _Lea
     return hca_cables
 
 
-def _cable_sms(sms: Sequence[SmHost], leaves: list[_Leaf], w: _Wiring, half: int
+def _cable_sms(sms: Sequence[SmHost], leaves: list[_Leaf], w: _Wiring, half: int, kept: int
                ) -> tuple[list[tuple[str, int]], list[_CableSpec]]:
     """Place the subnet-manager hosts on first-SU leaf ports (see _place_sm) and cable them;
     their ports count as used leaf down ports."""
-    sm_ports = _place_sm(sms, leaves, w.used, half)
+    sm_ports = _place_sm(sms, leaves, w.used, half, kept)
     sm_cables: list[_CableSpec] = [
         (Endpoint(sw, port), Endpoint(s.hostname, 1, None, s.hca), "sm")
         for s, (sw, port) in zip(sms, sm_ports, strict=True)]
@@ -454,15 +474,15 @@ def _cable_sms(sms: Sequence[SmHost], leaves: list[_Leaf], w: _Wiring, half: int
     return sm_ports, sm_cables
 
 
-def _cable_storage(servers: Sequence[StorageServer], leaves: list[_Leaf], w: _Wiring, half: int
-                   ) -> tuple[tuple[StoragePlacement, ...], list[_CableSpec]]:
+def _cable_storage(servers: Sequence[StorageServer], leaves: list[_Leaf], w: _Wiring, half: int,
+                   kept: int) -> tuple[tuple[StoragePlacement, ...], list[_CableSpec]]:
     """Place each storage server port on a free first-SU leaf port (after the subnet
     managers; see _first_su_spares), a server's ports on different leaves where it can, so one
     leaf lost leaves each server reachable; their ports count as used leaf down ports."""
     out: list[StoragePlacement] = []
     cables: list[_CableSpec] = []
     leaf_by_name = {leaf.name: leaf for leaf in leaves}
-    free = _first_su_spares(leaves, w.used, half)
+    free = _first_su_spares(leaves, w.used, half, kept)
     for server in servers:
         on: set[str] = set()
         for i, guid in enumerate(server.port_guids):
@@ -538,18 +558,20 @@ def _oversubscription(leaves: list[_Leaf], w: _Wiring, tiers: int, half: int) ->
     return over
 
 
-def _first_su_spares(leaves: Sequence[_Leaf], used: dict[str, set[int]], half: int
+def _first_su_spares(leaves: Sequence[_Leaf], used: dict[str, set[int]], half: int, kept: int
                      ) -> list[tuple[str, int]]:
     """The free first-SU leaf ports nodes never take: those beyond the rail blocks first, then
-    the last slot of each leaf's span (kept for subnet managers and storage)."""
+    the kept slots from the last of each leaf's span down (kept for subnet managers and
+    storage), so keeping one more slot never moves a port already placed."""
     first = min(leaf.su for leaf in leaves)
     spare: list[tuple[str, int]] = []
     for leaf in leaves:
         if leaf.su == first:
             spare += [(leaf.name, p) for p in range(leaf.g * leaf.span + 1, half + 1)]
-    for leaf in leaves:
-        if leaf.su == first:
-            spare += [(leaf.name, r * leaf.span + leaf.span) for r in range(leaf.g)]
+    for k in range(max(kept, 1)):
+        for leaf in leaves:
+            if leaf.su == first:
+                spare += [(leaf.name, r * leaf.span + leaf.span - k) for r in range(leaf.g)]
     return [(sw, p) for sw, p in spare if p not in used.get(sw, ())]
 
 
@@ -558,6 +580,7 @@ def _place_sm(
     leaves: Sequence[_Leaf],
     used: dict[str, set[int]],
     half: int,
+    kept: int,
 ) -> list[tuple[str, int]]:
     """Leaf ports for the SM hosts in the first SU, master and standby on different leaves:
     ports beyond the rail blocks first, then the slot kept for them (the last of each leaf's
@@ -566,7 +589,7 @@ def _place_sm(
     if not sms:
         return []
     first = min(leaf.su for leaf in leaves)
-    free = _first_su_spares(leaves, used, half)
+    free = _first_su_spares(leaves, used, half, kept)
     out: list[tuple[str, int]] = []
     taken: set[tuple[str, int]] = set()
     switches_used: set[str] = set()

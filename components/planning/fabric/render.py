@@ -109,9 +109,14 @@ def report_lines(plan: FabricPlan) -> list[str]:
     """The fabric as a reviewer reads it in the preview: switches, links, BOM, bandwidth."""
     s = summary(plan)
     sw, links = s["switches"], s["links"]
+    if plan.spec.purpose == "storage":
+        head = (f"Storage fabric: {s['tiers']}-tier fat tree, {s['nodes']} GPU nodes' "
+                f"{s['hca_ports']} storage ports, {len(plan.storage)} storage server ports")
+    else:
+        head = (f"Fabric: {s['tiers']}-tier fat tree, {s['nodes']} GPU nodes, {s['hca_ports']} "
+                "compute HCA ports")
     lines = [
-        f"Fabric: {s['tiers']}-tier fat tree, {s['nodes']} GPU nodes, {s['hca_ports']} compute "
-        f"HCA ports, {sw['leaf']} leaf + {sw['spine']} spine + {sw['core']} core switches",
+        f"{head}, {sw['leaf']} leaf + {sw['spine']} spine + {sw['core']} core switches",
         f"  links (400G): {links['hca']} HCA, {links['leaf-spine']} leaf-spine, "
         f"{links['spine-core']} spine-core, {links['sm']} subnet-manager; "
         f"{physical_cables(plan.bom)} physical cables",

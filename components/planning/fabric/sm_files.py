@@ -130,8 +130,11 @@ def render_partitions(plan: FabricPlan, partitions: Iterable[Partition] | None =
                             "use letters, digits, - _ .")
         seen[p.pkey] = p.name
     data_path = [p.name for p in parts if p.data_path]
-    if len(data_path) != 1 or any(p.data_path and (p.members == "storage" or p.hosts)
-                                  for p in parts):
+    # On a storage fabric the data path is the clients' way to the servers (IPoIB, LNet), so
+    # clients may be limited there; on the compute rails NCCL needs every port full.
+    limited_ok = plan.spec.purpose == "storage"
+    if len(data_path) != 1 or any(p.data_path and ((p.members == "storage" and not limited_ok)
+                                                   or p.hosts) for p in parts):
         raise PlanError("fabric.partitions[].dataPath", data_path or "none",
                         "the data path needs exactly one partition where every compute port is "
                         "a full member (NCCL, IPoIB and LNet use P_Key index 0; on the Default "
