@@ -565,3 +565,26 @@ def test_a_config_suppression_needs_a_reason_and_an_expiry_not_yet_past(
         "suppress": [entry]}}, only={"privileged-only-operator-namespaces"})
     found = [d for d in an.analyze(res) if d.policy == "privileged-only-operator-namespaces"]
     assert (found == []) is held, found
+
+
+def test_a_storage_fabric_is_checked_like_the_compute_one(prod_plan: list[Res]) -> None:
+    """A storage fabric of its own (fabric.storageFabric) publishes the same facts: its
+    switches, subnet managers and partitions fall under the fabric rules too, while the compute
+    rails' cabling rule reads the compute fabric alone (a node's storage port is not a rail)."""
+    compute = prod_plan[find(prod_plan, FABRIC)]
+    props = json.loads(json.dumps(compute.props))
+    props["facts"]["switches"] = {f"storage-{n}": s for n, s in props["facts"]["switches"].items()}
+    for rails in props["facts"]["rails"].values():  # each node's port 0 on a storage leaf
+        rails["0"]["switches"] = ["storage-leaf-su1-r0"]
+    storage = Res("gpucluster:fabric:StorageFabric", "storage-fabric", props,
+                  urn="urn:pulumi:prod::gpu-cluster::gpucluster:fabric:StorageFabric::"
+                      "storage-fabric")
+    plan = [*prod_plan, storage]
+    assert violations("fabric-one-leaf-per-rail-per-su", plan, storage) == []
+    assert violations("switch-sm-disabled", plan, storage) == []
+    leaf(props, "storage-leaf-su1-r0-1").update(switchSmDisabled=False)
+    props["facts"]["subnetManagers"][0].update(mKeyProtection=1)
+    found = violations("switch-sm-disabled", plan, storage)
+    assert len(found) == 1 and found[0].endswith(
+        "switch storage-leaf-su1-r0-1 does not run `no ib sm`")
+    assert violations("subnet-manager-m-key-protected", plan, storage)
