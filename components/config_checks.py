@@ -598,7 +598,7 @@ def _split_part(c: Cluster) -> Iterator[Problem]:
 def _site_parts(parts: Mapping[str, Any], sus: list[int]) -> Iterator[Problem]:
     """The core's `parts`: each SU owned by exactly one nodes part, one platform part (which a
     workloads part needs) and one workloads part at most."""
-    owner: dict[int, str] = {}
+    owners: dict[int, list[str]] = {}
     for stack, part in sorted(parts.items()):
         path = f"split.parts.{stack}.sus"
         if part.part == "nodes" and (not part.sus or set(part.sus) - set(sus)):
@@ -608,12 +608,14 @@ def _site_parts(parts: Mapping[str, Any], sus: list[int]) -> Iterator[Problem]:
             yield Problem(path, list(part.sus), f"only a nodes part owns SUs, not part "
                           f"{part.part}", "remove its sus")
         for su in part.sus if part.part == "nodes" else ():
-            if su in owner:
-                yield Problem(path, list(part.sus), f"SU {su} is also owned by part "
-                              f"{owner[su]}: both would join, and reset, its nodes",
-                              "give each SU to exactly one nodes part")
-            owner.setdefault(su, stack)
-    if parts and (orphans := [su for su in sus if su not in owner]):
+            owners.setdefault(su, []).append(stack)
+    for su, stacks in sorted(owners.items()):  # each owner is told who the others are
+        for stack in stacks if len(stacks) > 1 else ():
+            yield Problem(f"split.parts.{stack}.sus", list(parts[stack].sus),
+                          f"SU {su} is also owned by part "
+                          f"{', '.join(s for s in stacks if s != stack)}: both would join, "
+                          "and reset, its nodes", "give each SU to exactly one nodes part")
+    if parts and (orphans := [su for su in sus if su not in owners]):
         yield Problem("split.parts", sorted(parts), f"no nodes part owns SU(s) {orphans}: "
                       "their GPU nodes would never join", "add them to a nodes part's sus")
     for kind in ("platform", "workloads"):

@@ -43,10 +43,11 @@ def _parts_naming(stack: str, configs: Mapping[str, Mapping[str, Any]]) -> list[
                   if str(c.get(SITE_KEY, "")).rpartition("/")[2] == stack and s != stack)
 
 
-def stack_cluster(project_dir: Path, stack: str, own: Any, site: str | None
-                  ) -> Mapping[str, Any]:
+def stack_cluster(project_dir: Path, stack: str, own: Any, site: str | None,
+                  organization: str | None = None) -> Mapping[str, Any]:
     """This stack's cluster config: its own `gpu-cluster:cluster`, or for a part of a split
-    site the core's with this part's split. Raises ConfigError, changing nothing."""
+    site the core's with this part's split. `organization`: this stack's, where known (the
+    engine's; a DIY backend's is `organization`). Raises ConfigError, changing nothing."""
     configs = _configs(project_dir)
     if site is None:
         if own is None:
@@ -64,7 +65,7 @@ def stack_cluster(project_dir: Path, stack: str, own: Any, site: str | None
                                    ".yaml, so a copy here could only drift from it",
                                    f"remove {CLUSTER_KEY} from Pulumi.{stack}.yaml and make "
                                    "every change in the core's file")])
-    return _part_cluster(stack, site, configs)
+    return _part_cluster(stack, site, configs, organization)
 
 
 def _own_problems(own: Any, stack: str, configs: Mapping[str, Mapping[str, Any]]
@@ -89,10 +90,11 @@ def _own_problems(own: Any, stack: str, configs: Mapping[str, Mapping[str, Any]]
             for other in naming if other not in listed]
 
 
-def _part_cluster(stack: str, site: str, configs: Mapping[str, Mapping[str, Any]]
-                  ) -> dict[str, Any]:
+def _part_cluster(stack: str, site: str, configs: Mapping[str, Mapping[str, Any]],
+                  organization: str | None) -> dict[str, Any]:
     org, _, rest = site.partition("/")
     project, _, core = rest.partition("/")
+    _check_organization(stack, site, configs, organization)
     cores = sorted(s for s, c in configs.items()
                    if _split(c.get(CLUSTER_KEY)).get("part") == "core")
     fix = (f"name the core stack of this site: {org}/{PROJECT}/<stack> with one of "
@@ -116,12 +118,54 @@ def _part_cluster(stack: str, site: str, configs: Mapping[str, Mapping[str, Any]
                                          f"add `{stack}: {{part: nodes, sus: [<su>]}}` (or "
                                          "part: platform | workloads) to split.parts in "
                                          f"Pulumi.{core}.yaml")])
+    if shared := _shared_sus(stack, mine, parts):
+        raise ConfigError([_site_problem(site, f"SU {su} of this stack ({stack}) is also owned "
+                                         f"by part {other} in {core}'s split.parts: both would "
+                                         "join, and reset, its nodes",
+                                         f"give SU {su} to exactly one nodes part in "
+                                         f"Pulumi.{core}.yaml")
+                           for su, other in shared])
     platform = next((s for s, p in sorted(parts.items())
                      if isinstance(p, Mapping) and p.get("part") == "platform"), None)
     own_split: dict[str, Any] = {**mine, "kubernetesStack": site}
     if mine.get("part") == "workloads" and platform is not None:
         own_split["platformStack"] = f"{org}/{project}/{platform}"
     return {**cluster, "split": own_split}
+
+
+def _check_organization(stack: str, site: str, configs: Mapping[str, Mapping[str, Any]],
+                        organization: str | None) -> None:
+    """The core is a stack of this stack's organization (a stack reference reaches no other),
+    and every part of the site names it alike: a misspelt organization would otherwise fail
+    only when `pulumi up` resolves the reference."""
+    org, _, rest = site.partition("/")
+    core = rest.rpartition("/")[2]
+    if organization is not None and org != organization:
+        raise ConfigError([_site_problem(
+            site, f"names organization {org}, but this stack is in organization "
+            f"{organization}: a site's parts and its core are stacks of one organization",
+            f"set {SITE_KEY} to {organization}/{PROJECT}/{core}")])
+    others = sorted((s, str(c.get(SITE_KEY))) for s, c in configs.items()
+                    if s != stack and str(c.get(SITE_KEY, "")).rpartition("/")[2] == core
+                    and str(c.get(SITE_KEY)) != site)
+    if others:
+        raise ConfigError([_site_problem(
+            site, f"stack {other} names {ref}: the parts of one site name their core alike "
+            "(an organization or project mistyped in one would fail only at `pulumi up`)",
+            f"write the core's one fully qualified name (<org>/{PROJECT}/{core}; on a DIY "
+            f"backend organization/{PROJECT}/{core}) in every part's {SITE_KEY}")
+            for other, ref in others])
+
+
+def _shared_sus(stack: str, mine: Mapping[str, Any], parts: Mapping[str, Any]
+                ) -> list[tuple[Any, str]]:
+    """(SU, the other part) for each SU this nodes part shares with another nodes part."""
+    if mine.get("part") != "nodes":
+        return []
+    own = set(mine.get("sus") or ())
+    return sorted((su, other) for other, p in parts.items()
+                  if other != stack and isinstance(p, Mapping) and p.get("part") == "nodes"
+                  for su in own & set(p.get("sus") or ()))
 
 
 def _site_problem(site: str, message: str, fix: str) -> Problem:

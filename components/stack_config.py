@@ -175,7 +175,7 @@ def load_config(project_dir: Path = Path(".")) -> tuple[Cluster, Secrets]:
     conf = pulumi.Config(PROJECT)
     # A part of a split site reads the site's one config from its core's stack file.
     raw = stack_cluster(project_dir, pulumi.get_stack(), conf.get_object("cluster"),
-                        conf.get(SITE_KEY.partition(":")[2]))
+                        conf.get(SITE_KEY.partition(":")[2]), pulumi.get_organization())
     cluster = validate_cluster(raw, project_dir)
     missing = [k for k in SECRET_KEYS if conf.get_secret(k) is None]
     if missing:

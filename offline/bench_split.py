@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .bench import CLUSTER_KEY, Sample, _bench_project, _preview, scale_gpu_nodes
+from .bench import CLUSTER_KEY, Sample, _bench_project, _preview, run_child, scale_gpu_nodes
 
 SITE_KEY = "gpu-cluster:site"
 CORE = "core"
@@ -41,16 +42,19 @@ def split_site(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return stacks
 
 
-def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int
-                ) -> list[dict[str, Any]]:
+def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int,
+                change_sizes: tuple[int, ...] = ()
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One row per size and part previewed: seconds, peak RSS, exit status. The whole site is
-    previewed only up to `whole_up_to` slots (a 2,048-node whole site takes minutes)."""
+    previewed only up to `whole_up_to` slots (a 2,048-node whole site takes minutes). At
+    `change_sizes`, also the site preview of a two-node change (`bench_site_change`)."""
     base = yaml.safe_load((project / f"Pulumi.{stack}.yaml").read_text())
     rows = []
+    changes = []
     with tempfile.TemporaryDirectory(prefix="offline-bench-split-") as tmp:
         for n in sizes:
             dst = Path(tmp) / f"n{n}"
-            doc = scale_gpu_nodes(base, n)
+            doc = scale_gpu_nodes(base, n, free_slots=1)  # room for the change's new node
             sus = len({r["su"] for r in doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]})
             stacks = split_site(doc)
             _bench_project(project, dst, stacks["whole"])
@@ -68,7 +72,66 @@ def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int
                 if run.returncode not in (0, 3):  # 3: mandatory violations, a full run too
                     raise SystemExit(f"{n} slots, {name}: preview failed (exit "
                                      f"{run.returncode}):\n{run.output[-3000:]}")
-    return rows
+            if n in change_sizes:
+                changes.append(bench_site_change(dst, n))
+    return rows, changes
+
+
+def _site_stages(dst: Path) -> list[list[tuple[str, str]]]:
+    from .site import _stages, parts
+
+    found = parts(dst, CORE)
+    if isinstance(found, str):
+        raise SystemExit(f"split site: {found}")
+    return _stages(found)
+
+
+def bench_site_change(dst: Path, n: int) -> dict[str, Any]:
+    """`python -m offline site` for a two-node change of an applied site: SU 1 loses its last
+    node and the last SU gains one (a removal and an addition in one change). The site is
+    first rendered as applied (every part's `preview --render`, the parts of a stage side by
+    side, as the site preview runs them), untimed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .site import MAX_WORKERS
+
+    for stage in _site_stages(dst):
+        with ThreadPoolExecutor(max_workers=min(len(stage), os.cpu_count() or 1,
+                                                MAX_WORKERS)) as pool:
+            for (stack, _), run in zip(stage, pool.map(lambda sp: run_child(
+                    [sys.executable, "-m", "offline", "preview", "--stack", sp[0],
+                     "--project-dir", str(dst), "--quiet", "--render"], dst), stage),
+                    strict=True):
+                if run.returncode not in (0, 3):
+                    raise SystemExit(f"{n} slots, rendering {stack} failed (exit "
+                                     f"{run.returncode}):\n{run.output[-3000:]}")
+    path = dst / f"Pulumi.{CORE}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    ranges = doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]
+    ranges[0]["count"] -= 1
+    ranges[-1]["count"] += 1
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = run_child([sys.executable, "-m", "offline", "site", "--stack", CORE,
+                     "--project-dir", str(dst), "--quiet"], dst)
+    order = [ln.split("--stack ")[1].split()[0] for ln in run.output.splitlines()
+             if "pulumi up --stack" in ln]
+    print(f"  {n} slots, site preview of a two-node change: {run.seconds:.1f}s "
+          f"(exit {run.returncode})", file=sys.stderr)
+    if run.returncode not in (0, 3):
+        raise SystemExit(f"{n} slots, site preview failed (exit {run.returncode}):\n"
+                         f"{run.output[-3000:]}")
+    last = f"su{ranges[-1]['su']}"
+    return {"slots": n, "seconds": run.seconds, "parts": len(order),
+            "order_ok": order.index("su1") < order.index(CORE) < order.index(last)}
+
+
+def site_change_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| slots | parts | site preview of a two-node change s | runbook order |",
+             "|---:|---:|---:|---|"]
+    lines += [f"| {r['slots']} | {r['parts']} | {r['seconds']:.1f} | "
+              f"{'su1, then the core, then the last SU' if r['order_ok'] else 'WRONG'} |"
+              for r in rows]
+    return "\n".join(lines)
 
 
 def split_table(rows: list[dict[str, Any]]) -> str:
@@ -90,7 +153,12 @@ def split_table(rows: list[dict[str, Any]]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.split_sizes).split(",") if s.strip()]
+    change = tuple(int(s) for s in str(args.site_change_sizes).split(",") if s.strip())
     if sizes:
-        print(split_table(bench_split(Path(args.project_dir).resolve(), args.stack, sizes,
-                                      args.whole_up_to)))
+        rows, changes = bench_split(Path(args.project_dir).resolve(), args.stack, sizes,
+                                    args.whole_up_to, change)
+        print(split_table(rows))
+        if changes:
+            print()
+            print(site_change_table(changes))
     return 0

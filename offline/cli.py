@@ -314,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU node slots of the split sites whose parts are previewed ('' none)")
     p.add_argument("--whole-up-to", type=int, default=256, metavar="N",
                    help="preview the whole split site too, up to this size (256)")
+    p.add_argument("--site-change-sizes", default="256,2048",
+                   help="split-site sizes (of --split-sizes) at which to time the site "
+                        "preview of a two-node change, the site first rendered ('' none)")
     p.add_argument("--synthetic", type=int, default=0, metavar="N",
                    help="instead: a synthetic program registering N ConfigMaps vs the floor")
     p.add_argument("--engine", action=argparse.BooleanOptionalAction, default=None,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 from google.protobuf import struct_pb2
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime.proto import resource_pb2
@@ -72,6 +73,31 @@ def _provider_urn(ref: str) -> str | None:
         return None
     urn, sep, _ = ref.rpartition("::")
     return urn if sep else ref
+
+
+def backend_url(project_dir: Path) -> str | None:
+    """The backend `pulumi` would use here, as the CLI picks it: PULUMI_BACKEND_URL, else the
+    project's `backend.url`, else the one `pulumi login` last chose."""
+    if url := os.environ.get("PULUMI_BACKEND_URL"):
+        return url
+    try:
+        project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+        backend = project.get("backend") if isinstance(project, Mapping) else None
+        if isinstance(backend, Mapping) and isinstance(backend.get("url"), str):
+            return str(backend["url"])
+        home = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
+        current = json.loads((home / "credentials.json").read_text()).get("current")
+        return current if isinstance(current, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def backend_organization(project_dir: Path) -> str | None:
+    """This stack's organization where it is certain offline: on a DIY backend (file://, s3://,
+    gs://, azblob://, postgres://) always the literal `organization`; on Pulumi Cloud the
+    user's, which only the engine knows (None)."""
+    url = backend_url(project_dir)
+    return "organization" if url and not url.startswith(("https://", "http://")) else None
 
 
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
@@ -297,6 +323,7 @@ def run_program(
         stack=stack_config.stack,
         preview=True,
         monitor=monitor,
+        organization=backend_organization(project_dir),
     )
     pulumi.runtime.set_all_config(stack_config.config, stack_config.secret_keys)
     collector = gc.isenabled(), gc.get_threshold()  # the program may tune it for its process

@@ -1,12 +1,15 @@
 """`python -m offline site --stack <core> [--apply]`: preview every part of a split site as one
 change, and with `--apply` run `pulumi up` on each part in that order.
 
-The parts are previewed in the order their data flows (the core, the nodes parts, the platform,
-the workloads: each reads what the ones before it export, `build/<stack>/outputs.json`), each
-with the site's policy config, and one runbook says in which order to apply them: adds and
-config changes from the core outwards (a node is known to the subnet managers before it
-joins; the control plane is upgraded before the kubelets), removals the other way round (jobs
-shrink, then nodes drain and leave, then the core forgets them).
+The parts are previewed in the order their data flows (the core, the nodes parts in SU order,
+the platform, the workloads: each reads what the ones before it export,
+`build/<stack>/outputs.json`; the nodes parts and the platform, which read only the core's, run
+side by side on the machine's cores), each with the site's policy config, and one runbook says
+in which order to apply them, by each part's direction: adds and config changes from the core
+outwards (a node is known to the subnet managers before it joins; the control plane is
+upgraded before the kubelets), removals the other way round (jobs shrink, then nodes drain and
+leave, then the core forgets them). One change may do both: a nodes part whose nodes leave
+goes before the core, the others after it (`apply_order`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -27,6 +31,7 @@ CLUSTER_KEY = "gpu-cluster:cluster"
 SITE_KEY = "gpu-cluster:site"
 RUNNER_ROOT = Path(__file__).resolve().parent.parent  # makes `-m offline` importable
 PART_ORDER = ("core", "nodes", "platform", "workloads")
+MAX_WORKERS = 8  # part previews at once
 # A node leaving: its host and its join are deleted, or it is decommissioned first.
 LEAVING = ("gpucluster:hardware:BareMetalNode",)
 
@@ -42,9 +47,37 @@ def parts(project: Path, core: str) -> list[tuple[str, str]] | str:
         return (f"{core} is not the core part of a split site (its {CLUSTER_KEY}.split.part is "
                 f"{split.get('part') if isinstance(split, dict) else None}): name the core "
                 "stack, whose split.parts lists the others")
-    listed = [(s, str((p or {}).get("part"))) for s, p in (split.get("parts") or {}).items()]
-    listed.sort(key=lambda sp: (PART_ORDER.index(sp[1]) if sp[1] in PART_ORDER else 9, sp[0]))
-    return [(core, "core"), *listed]
+    listed = {s: p if isinstance(p, dict) else {} for s, p in (split.get("parts") or {}).items()}
+    return [(core, "core"), *sorted(((s, str(p.get("part"))) for s, p in listed.items()),
+                                    key=lambda sp: _data_order(sp, listed[sp[0]]))]
+
+
+def _data_order(stack_part: tuple[str, str], part: dict[str, Any]) -> tuple[int, int, str]:
+    """Parts in the order their data flows; nodes parts by their first SU (su2 before su10)."""
+    stack, kind = stack_part
+    sus = [su for su in part.get("sus") or () if isinstance(su, int)]
+    return (PART_ORDER.index(kind) if kind in PART_ORDER else 9, min(sus, default=0), stack)
+
+
+def apply_order(found: list[tuple[str, str]], removing: set[str]) -> tuple[list[str], str]:
+    """The order to apply the parts in, and why. Without a removal: in data order. With one:
+    the workloads and platform shrink first, the nodes parts whose nodes leave drain them
+    (last SU first), the core forgets them, then the other nodes parts join theirs (first SU
+    first): a part adding nodes always comes after the core, one removing them before it."""
+    if not removing:
+        return [s for s, _ in found], ("the core first, then the nodes parts, the platform and "
+                                       "the workloads")
+    by_kind = {kind: [s for s, k in found if k == kind] for kind in PART_ORDER}
+    leaving = [s for s in reversed(by_kind["nodes"]) if s in removing]
+    staying = [s for s in by_kind["nodes"] if s not in removing]
+    order = [*reversed(by_kind["workloads"]), *reversed(by_kind["platform"]), *leaving,
+             *by_kind["core"], *staying]
+    way = ("removal: the workloads shrink first, the nodes drain and leave, then the core "
+           "forgets them")
+    if staying and len(leaving) < len(by_kind["nodes"]):
+        way += (", then the other nodes parts (a node they add joins only once the core "
+                "knows it)")
+    return order, way
 
 
 def _removes_nodes(diff: list[dict[str, Any]]) -> bool:
@@ -83,10 +116,38 @@ def _pack_args(project: Path, stack: str, core: str) -> str:
     return " --policy-pack policies"
 
 
+class _Previewed(NamedTuple):
+    status: int
+    diff: list[dict[str, Any]]
+    runbook: list[str]
+    report: list[str]  # what to print for it
+
+
+def _stages(found: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The parts in the order their data flows, as groups that may run side by side: the
+    core; then the nodes parts and the platform (each reads only the core's outputs); then
+    the workloads (which read the platform's too)."""
+    first = [sp for sp in found if sp[1] == "core"]
+    middle = [sp for sp in found if sp[1] in ("nodes", "platform")]
+    return [group for group in (first, middle, [sp for sp in found if sp not in first + middle])
+            if group]
+
+
+def _preview_stage(project: Path, stage: list[tuple[str, str]], timeout: float, quiet: bool
+                   ) -> list[_Previewed]:
+    """The parts of one stage previewed at once, as many as the machine has cores (at most
+    MAX_WORKERS: each holds the whole site's config), in their own processes; the results in
+    the stage's order."""
+    workers = max(1, min(len(stage), os.cpu_count() or 1, MAX_WORKERS))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda sp: _preview_part(project, sp[0], sp[1], timeout, quiet),
+                             stage))
+
+
 def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: bool
-                  ) -> tuple[int, list[dict[str, Any]], list[str]]:
+                  ) -> _Previewed:
     """One part's offline preview in its own process (the Pulumi runtime is process-wide),
-    with this runner: (exit status, its diff, its runbook lines)."""
+    with this runner."""
     cmd = [sys.executable, "-m", "offline", "preview", "--stack", stack, "--quiet",
            "--project-dir", str(project), "--timeout", str(timeout)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -96,13 +157,12 @@ def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: b
     ran = proc.returncode in (0, 3)  # 3: mandatory violations, the build written
     diff = _read_json(build / "diff.json") if ran else []
     verdict = {0: "ok", 3: "mandatory policy violations"}.get(proc.returncode, "failed")
-    print(f"== {stack} ({part}): {len(diff)} change(s); {verdict}")
-    for line in (proc.stdout + proc.stderr).splitlines() if not quiet or proc.returncode \
-            else ():
-        print(f"   {line}")
+    report = [f"== {stack} ({part}): {len(diff)} change(s); {verdict}"]
+    report += [f"   {line}" for line in (proc.stdout + proc.stderr).splitlines()
+               if not quiet or proc.returncode]
     runbook = (build / "runbook.txt").read_text().splitlines() \
         if ran and (build / "runbook.txt").is_file() else []
-    return proc.returncode, diff, [ln for ln in runbook if ln.strip()]
+    return _Previewed(proc.returncode, diff, [ln for ln in runbook if ln.strip()], report)
 
 
 def preview(project: Path, core: str, timeout: float, quiet: bool = False,
@@ -113,17 +173,18 @@ def preview(project: Path, core: str, timeout: float, quiet: bool = False,
         print(f"site: {found}", file=sys.stderr)
         return EXIT_CONFIG
     statuses: dict[str, int] = {}
-    removes = False
+    removing: set[str] = set()
     lines: list[str] = []
-    for stack, part in found:
-        statuses[stack], diff, runbook = _preview_part(project, stack, part, timeout, quiet)
-        removes = removes or _removes_nodes(diff)
-        lines.append(f"{stack} ({part}):")
-        lines += [f"  {ln}" for ln in runbook] or ["  no hardware steps"]
-    order = [s for s, _ in (reversed(found) if removes else found)]
-    way = ("removal: the workloads shrink first, the nodes drain and leave, then the core "
-           "forgets them" if removes else "the core first, then the nodes parts, the "
-           "platform and the workloads")
+    for stage in _stages(found):
+        for (stack, part), done in zip(stage, _preview_stage(project, stage, timeout, quiet),
+                                       strict=True):
+            print("\n".join(done.report), flush=True)
+            statuses[stack] = done.status
+            if _removes_nodes(done.diff):
+                removing.add(stack)
+            lines.append(f"{stack} ({part}):")
+            lines += [f"  {ln}" for ln in done.runbook] or ["  no hardware steps"]
+    order, way = apply_order(found, removing)
     site_runbook = [f"Site {core}: apply the parts in this order ({way}):"]
     site_runbook += [f"  {i}. pulumi up --stack {s}{_pack_args(project, s, core)}"
                      for i, s in enumerate(order, 1)]

@@ -113,14 +113,45 @@ def test_a_core_whose_split_was_deleted_is_not_a_second_whole_site(tmp_path: Pat
     assert "would build the whole site a second time beside them" in p.message
 
 
-def test_two_parts_owning_one_su_are_refused(tmp_path: Path) -> None:
+def test_two_parts_owning_one_su_are_refused_naming_the_other_owner_on_both_sides(
+        tmp_path: Path) -> None:
     parts = {**PARTS, "site-su1-again": {"part": "nodes", "sus": [1]}}
     write_site(tmp_path, parts)
     core = yaml.safe_load((tmp_path / "Pulumi.site-core.yaml").read_text())["config"]
     problems = refused(tmp_path, "site-core", own=core[CLUSTER_KEY], site=None)
     assert [(p.path, p.message) for p in problems] == [
+        ("split.parts.site-su1.sus", "SU 1 is also owned by part site-su1-again: both would "
+         "join, and reset, its nodes"),
         ("split.parts.site-su1-again.sus", "SU 1 is also owned by part site-su1: both would "
          "join, and reset, its nodes")]
+    # Each part, previewed on its own, names the other owner too (not only "the core has not
+    # applied this part").
+    for stack, other in (("site-su1", "site-su1-again"), ("site-su1-again", "site-su1")):
+        [p] = refused(tmp_path, stack)
+        assert p.key == SITE_KEY and p.message == (
+            f"SU 1 of this stack ({stack}) is also owned by part {other} in site-core's "
+            "split.parts: both would join, and reset, its nodes")
+
+
+def test_a_core_in_another_organization_is_refused(tmp_path: Path) -> None:
+    """A stack reference reaches stacks of the part's own organization: a misspelt one
+    (`organisation`) is refused before anything is registered, where the engine names this
+    stack's organization (a DIY backend's is always `organization`)."""
+    write_site(tmp_path)
+    misspelt = "organisation/gpu-cluster/site-core"
+    with pytest.raises(ConfigError) as info:
+        stack_cluster(tmp_path, "site-su1", None, misspelt, organization="organization")
+    [p] = info.value.problems
+    assert (p.key, p.value) == (SITE_KEY, misspelt)
+    assert p.message == ("names organization organisation, but this stack is in organization "
+                         "organization: a site's parts and its core are stacks of one "
+                         "organization")
+    assert p.fix == f"set {SITE_KEY} to {CORE}"
+    # Where the organization is not known (no backend configured), the parts must agree.
+    (tmp_path / "Pulumi.site-platform.yaml").write_text(
+        yaml.safe_dump({"config": {SITE_KEY: misspelt}}, sort_keys=False))
+    [p] = refused(tmp_path, "site-su1")
+    assert "site-platform names organisation/gpu-cluster/site-core" in p.message
 
 
 @pytest.mark.parametrize(("parts", "message"), [

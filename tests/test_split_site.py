@@ -19,6 +19,7 @@ from support.project import REPO, run_offline
 
 from components.planning import placement
 from components.stack_config import validate_cluster
+from offline import site as offline_site
 from offline.bench import scale_gpu_nodes
 
 KEY = "gpu-cluster:cluster"
@@ -38,12 +39,13 @@ def _host_key(seed: int) -> str:
     return raw.decode()
 
 
-def site(project: Path, su2_nodes: int = 0) -> dict[str, Any]:
-    """Prod grown to two SUs (`su2_nodes` more or fewer in SU 2), with what a real site's file
-    has for every host and switch: an inventory (HCA port GUIDs, MACs, pinned host keys) and
-    the switches' host keys."""
+def site(project: Path, su2_nodes: int = 0, su1_nodes: int = 0) -> dict[str, Any]:
+    """Prod grown to two SUs (`su2_nodes` more or fewer in SU 2, `su1_nodes` in SU 1), with
+    what a real site's file has for every host and switch: an inventory (HCA port GUIDs, MACs,
+    pinned host keys) and the switches' host keys."""
     doc = yaml.safe_load((project / "Pulumi.prod.yaml").read_text())
     doc = scale_gpu_nodes(doc, 64, free_slots=2)  # SU 1: 31 nodes and the SM slot, SU 2: 30
+    doc["config"][KEY]["gpuNodes"]["ranges"][0]["count"] += su1_nodes
     doc["config"][KEY]["gpuNodes"]["ranges"][1]["count"] += su2_nodes
     cluster = validate_cluster(doc["config"][KEY], project)
     rows = ["hostname,rail,hca,portGuid,managementMac,sshHostKey"]
@@ -196,7 +198,45 @@ def test_a_node_removed_from_su2_is_applied_nodes_before_core(project: Path) -> 
     proc = site_preview(project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Jobs shrink, then the node drains and leaves, then the core forgets its ports.
-    assert apply_order(project) == ["workloads", "platform", "su2", "su1", "core"]
+    assert apply_order(project) == ["workloads", "platform", "su2", "core", "su1"]
+
+
+@pytest.mark.slow
+def test_a_change_that_removes_in_one_su_and_adds_in_another_orders_each_part_its_way(
+        project: Path) -> None:
+    """SU 1 loses its last node, SU 2 gains one, in one change: SU 1's part drains and removes
+    its node before the core forgets it; the core knows SU 2's new node before SU 2's part
+    joins it. One direction for the whole site would refuse one of the two parts."""
+    rendered_site(project)
+    write(project, "core", site(project, su2_nodes=+1, su1_nodes=-1),
+          {"part": "core", "parts": PARTS})
+    proc = site_preview(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert apply_order(project) == ["workloads", "platform", "su1", "core", "su2"]
+    runbook = (project / "build/core/site-runbook.txt").read_text()
+    assert "gpu-node-62 joins" in runbook
+    assert "a node they add joins only once the core knows it" in runbook
+
+
+def test_nodes_parts_are_previewed_in_su_order_and_each_applied_its_way(tmp_path: Path
+                                                                        ) -> None:
+    parts_ = {"su10": {"part": "nodes", "sus": [10]}, "su2": {"part": "nodes", "sus": [2]},
+              "su1": {"part": "nodes", "sus": [1]}, "apps": {"part": "workloads"},
+              "plat": {"part": "platform"}}
+    (tmp_path / "Pulumi.core.yaml").write_text(yaml.safe_dump({"config": {KEY: {
+        "split": {"part": "core", "parts": parts_}}}}))
+    found = offline_site.parts(tmp_path, "core")
+    assert found == [("core", "core"), ("su1", "nodes"), ("su2", "nodes"), ("su10", "nodes"),
+                     ("plat", "platform"), ("apps", "workloads")]
+    assert isinstance(found, list)
+    assert offline_site.apply_order(found, set())[0] == [
+        "core", "su1", "su2", "su10", "plat", "apps"]
+    assert offline_site.apply_order(found, {"su2", "su10"})[0] == [
+        "apps", "plat", "su10", "su2", "core", "su1"]
+    # Previewed in three steps, each reading only the ones before it: the core; the nodes
+    # parts and the platform side by side (they read only the core's outputs); the workloads.
+    assert [[s for s, _ in stage] for stage in offline_site._stages(found)] == [
+        ["core"], ["su1", "su2", "su10", "plat"], ["apps"]]
 
 
 @pytest.mark.slow
@@ -217,6 +257,24 @@ def test_a_part_without_its_core_applied_fails_before_any_change(project: Path) 
     proc = run_offline(project, "preview", "--stack", "platform")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "organization/gpu-cluster/core has no outputs" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_core_named_in_another_organization_is_refused_offline_on_a_diy_backend(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every part names `organisation/…`: consistent, but on a file:// backend the only
+    organization is `organization`, so the reference could never resolve at `pulumi up`."""
+    write_site(project, site(project))
+    for stack in PARTS:
+        path = project / f"Pulumi.{stack}.yaml"
+        path.write_text(path.read_text().replace("organization/", "organisation/"))
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{project / 'state'}")
+    proc = run_offline(project, "preview", "--stack", "su1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert ("names organization organisation, but this stack is in organization "
+            "organization") in proc.stderr
+    assert "set gpu-cluster:site to organization/gpu-cluster/core" in proc.stderr
+    assert not (project / "build/su1").exists()
 
 
 def _without_attachments(outputs: dict[str, Any]) -> None:
