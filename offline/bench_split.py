@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -91,20 +90,16 @@ def bench_site_change(dst: Path, n: int) -> dict[str, Any]:
     node and the last SU gains one (a removal and an addition in one change). The site is
     first rendered as applied (every part's `preview --render`, the parts of a stage side by
     side, as the site preview runs them), untimed."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .site import MAX_WORKERS
+    from .site import side_by_side
 
     for stage in _site_stages(dst):
-        with ThreadPoolExecutor(max_workers=min(len(stage), os.cpu_count() or 1,
-                                                MAX_WORKERS)) as pool:
-            for (stack, _), run in zip(stage, pool.map(lambda sp: run_child(
-                    [sys.executable, "-m", "offline", "preview", "--stack", sp[0],
-                     "--project-dir", str(dst), "--quiet", "--render"], dst), stage),
-                    strict=True):
-                if run.returncode not in (0, 3):
-                    raise SystemExit(f"{n} slots, rendering {stack} failed (exit "
-                                     f"{run.returncode}):\n{run.output[-3000:]}")
+        rendered = side_by_side(stage, lambda sp: run_child(
+            [sys.executable, "-m", "offline", "preview", "--stack", sp[0], "--project-dir",
+             str(dst), "--quiet", "--render"], dst))
+        for (stack, _), run in zip(stage, rendered, strict=True):
+            if run.returncode not in (0, 3):
+                raise SystemExit(f"{n} slots, rendering {stack} failed (exit "
+                                 f"{run.returncode}):\n{run.output[-3000:]}")
     path = dst / f"Pulumi.{CORE}.yaml"
     doc = yaml.safe_load(path.read_text())
     ranges = doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]

@@ -19,9 +19,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
@@ -32,6 +33,7 @@ SITE_KEY = "gpu-cluster:site"
 RUNNER_ROOT = Path(__file__).resolve().parent.parent  # makes `-m offline` importable
 PART_ORDER = ("core", "nodes", "platform", "workloads")
 MAX_WORKERS = 8  # part previews at once
+T = TypeVar("T")
 # A node leaving: its host and its join are deleted, or it is decommissioned first.
 LEAVING = ("gpucluster:hardware:BareMetalNode",)
 
@@ -133,15 +135,13 @@ def _stages(found: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
             if group]
 
 
-def _preview_stage(project: Path, stage: list[tuple[str, str]], timeout: float, quiet: bool
-                   ) -> list[_Previewed]:
-    """The parts of one stage previewed at once, as many as the machine has cores (at most
-    MAX_WORKERS: each holds the whole site's config), in their own processes; the results in
-    the stage's order."""
+def side_by_side(stage: list[tuple[str, str]], run: Callable[[tuple[str, str]], T]) -> list[T]:
+    """`run` on each part of one stage at once (each starts its own process), as many as the
+    machine has cores, at most MAX_WORKERS (each holds the whole site's config); the results
+    in the stage's order."""
     workers = max(1, min(len(stage), os.cpu_count() or 1, MAX_WORKERS))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda sp: _preview_part(project, sp[0], sp[1], timeout, quiet),
-                             stage))
+        return list(pool.map(run, stage))
 
 
 def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: bool
@@ -176,8 +176,8 @@ def preview(project: Path, core: str, timeout: float, quiet: bool = False,
     removing: set[str] = set()
     lines: list[str] = []
     for stage in _stages(found):
-        for (stack, part), done in zip(stage, _preview_stage(project, stage, timeout, quiet),
-                                       strict=True):
+        previewed = side_by_side(stage, lambda sp: _preview_part(project, *sp, timeout, quiet))
+        for (stack, part), done in zip(stage, previewed, strict=True):
             print("\n".join(done.report), flush=True)
             statuses[stack] = done.status
             if _removes_nodes(done.diff):

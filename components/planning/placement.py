@@ -108,8 +108,7 @@ def owned_rail_leaves(cluster: Cluster, nodes: tuple[GpuNode, ...]
     from their SUs alone (tests/test_fabric_planner.py checks the two agree)."""
     first = min((n.su for n in cluster.nodes), default=0)
     spec = fabric_spec(cluster)
-    kept = kept_slots(spec, len(cluster.fabric.subnet_managers),
-                      sum(len(s.port_guids) for s in spec.storage_servers))
+    kept = kept_slots(spec, len(cluster.fabric.subnet_managers))
     leaf = leaf_names([_fabric_node(n) for n in nodes], spec, kept, first)
     return {n.hostname: {r.index: leaf[(n.su, r.index)] for r in n.rails} for n in nodes}
 

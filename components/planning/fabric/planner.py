@@ -103,13 +103,14 @@ def _leaf_name(su: int, rails: Sequence[int], prefix: str = "") -> str:
     return f"{prefix}leaf-su{su}-r{rails[0]}-{rails[-1]}"
 
 
-def kept_slots(spec: FabricSpec, sm_hosts: int, storage_ports: int) -> int:
+def kept_slots(spec: FabricSpec, sm_hosts: int) -> int:
     """Slots the first SU keeps beyond its nodes for the subnet managers' and storage servers'
     ports. A compute fabric keeps one for its subnet managers (storage servers on the rails
     share it, with the ports beyond the rail blocks); a storage fabric keeps as many as all
     of them need. One kept slot is one port on every rail of every leaf: `rails_per_node`."""
     if spec.purpose == "storage":
-        return -(-(sm_hosts + storage_ports) // spec.rails_per_node)
+        ports = sum(len(server.port_guids) for server in spec.storage_servers)
+        return -(-(sm_hosts + ports) // spec.rails_per_node)
     return 1 if sm_hosts else 0
 
 
@@ -381,7 +382,7 @@ def plan_fabric(
     sms = sorted(sm_hosts, key=lambda s: (-s.priority, s.hostname))
     warnings: list[str] = []
 
-    kept = kept_slots(spec, len(sms), sum(len(s.port_guids) for s in spec.storage_servers))
+    kept = kept_slots(spec, len(sms))
     leaves, leaf_of, g_of = _build_leaves(nodes, spec, kept)
     tiers = _tiers(spec, len(leaves))
     w = _wire_switches(spec, leaves, tiers)
