@@ -57,11 +57,11 @@ test: $(VENV)/.installed deps k8s-tools
 	$(PY) -m pytest -q -m "not e2e"
 
 # The developer loop: lint, types and the tests not marked `slow` (those need the subnet
-# manager, the twin's control plane, the Pulumi CLI or other built tools).
+# manager, the twin's control plane, the Pulumi CLI or other built tools), on every core.
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 bench: $(VENV)/.installed
 	$(PY) -m offline bench

@@ -14,7 +14,7 @@ import pulumi
 
 from components.config import Cluster
 from components.gpu_nodes import GpuNode
-from components.planning.site_facts import readiness_problems
+from components.planning.site_facts import part_view, readiness_problems
 from components.site import SITE_KEY
 
 
@@ -63,9 +63,11 @@ def link(cluster: Cluster, stack: str, nodes: Sequence[GpuNode]) -> SiteLink:
                 "run yet; nothing was changed:\n" + "\n".join(f"  - {p}" for p in problems))
         return True
 
-    refs = [core.outputs, *([platform.outputs] if platform else [])]
+    hosts = [n.hostname for n in nodes]
+    refs = [core.outputs.apply(lambda outputs: part_view(outputs, stack, hosts)),
+            *([platform.outputs] if platform else [])]
     ready = pulumi.Output.all(*refs).apply(check)
-    kubeconfig = pulumi.Output.secret(pulumi.Output.all(ready, core.outputs).apply(
+    kubeconfig = pulumi.Output.secret(pulumi.Output.all(ready, refs[0]).apply(
         lambda v: v[1]["kubeconfig"]))
     facts = SiteFacts("site-facts", pulumi.Output.all(*refs).apply(_facts))
     return SiteLink(core, platform, ready, kubeconfig, facts)

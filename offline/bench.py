@@ -13,7 +13,9 @@ times and every time is the fastest of those runs. Timings are reported, never a
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
+import hashlib
 import ipaddress
 import json
 import math
@@ -32,6 +34,7 @@ import yaml
 CLUSTER_KEY = "gpu-cluster:cluster"
 SU_SIZE = 32  # nodes per scalable unit (one range per SU)
 BENCH_STACK = "bench"
+ONCE_FROM = 1024  # sizes from here up are previewed once, whatever --repeat says
 OFFLINE_ROOT = Path(__file__).resolve().parent.parent  # makes `-m offline` importable
 
 
@@ -58,8 +61,8 @@ def scale_gpu_nodes(
     addresses; every other field of the first range is kept. When SU 1 is full, its last slot
     stays empty for the subnet-manager hosts (`sm_slots`), and `free_slots` of the last SU stay
     empty (room to grow). Keys that name individual nodes (`gpuNodes.overrides`,
-    `inventoryFile`) are dropped so per-node facts fall back to placeholders. Adjust here when
-    the config schema changes.
+    `inventoryFile`) are dropped so per-node facts fall back to placeholders (`_bench_project`
+    writes an inventory of host keys). Adjust here when the config schema changes.
     """
     doc = copy.deepcopy(stack_doc)
     cluster = doc["config"][CLUSTER_KEY]
@@ -119,7 +122,8 @@ SWITCH_FACTS = ("switchGuids", "switchManagementIps", "switchHostKeys")
 
 def _fitting_switch_facts(cluster: dict[str, Any]) -> None:
     """Keep the switch facts (GUIDs, addresses, host keys) of the switches the scaled fabric
-    still has: the others name the original site's switches, which the config refuses."""
+    still has: the others name the original site's switches, which the config refuses. Every
+    switch gets a host key (`host_key`)."""
     from components.config_types import ConfigError
     from components.planning import placement
     from components.stack_config import validate_cluster
@@ -135,6 +139,10 @@ def _fitting_switch_facts(cluster: dict[str, Any]) -> None:
         names = {name for known in facts.values() for name in known}
     for key, known in facts.items():
         fabric[key] = {name: value for name, value in known.items() if name in names}
+    # A real site pins every switch's key; the new switches get a stand-in one each.
+    if "switchHostKeys" in fabric:
+        fabric["switchHostKeys"] = {name: fabric["switchHostKeys"].get(name) or host_key(name)
+                                    for name in sorted(names)}
 
 
 # ---------------------------------------------------------------- child processes
@@ -222,35 +230,80 @@ SKIP = {"build", "rendered", ".git", "__pycache__", ".venv", "venv"}
 
 
 def _bench_project(src: Path, dst: Path, doc: dict[str, Any]) -> None:
+    """The project linked into `dst`, with `doc` as its stack file and, for a generated site,
+    its inventory of host keys (`write_inventory`; `doc` then names it)."""
     dst.mkdir(parents=True)
     for entry in src.iterdir():
         if entry.name in SKIP or (entry.name.startswith("Pulumi.") and entry.name != "Pulumi.yaml"):
             continue
         (dst / entry.name).symlink_to(entry.resolve())
+    cluster = (doc.get("config") or {}).get(CLUSTER_KEY)
+    if isinstance(cluster, dict) and "inventoryFile" not in cluster:
+        cluster["inventoryFile"] = BENCH_INVENTORY
+        write_inventory(dst, doc)
     (dst / f"Pulumi.{BENCH_STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
+BENCH_INVENTORY = "inventory-bench.csv"
+
+
+def host_key(host: str) -> str:
+    """A well-formed ed25519 public host key of the host's own. A stand-in for the key
+    `ssh-keyscan` reads: a real site pins every host's, and the pack refuses a command that
+    pins none."""
+    blob = b"".join(len(x).to_bytes(4, "big") + x
+                    for x in (b"ssh-ed25519", hashlib.sha256(host.encode()).digest()))
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()}"
+
+
+def write_inventory(dst: Path, doc: dict[str, Any]) -> None:
+    """`BENCH_INVENTORY` under `dst`: the SSH host key of every GPU node `doc` defines."""
+    rows = ["hostname,sshHostKey", *(f"{h},{host_key(h)}" for h in _hosts(doc))]
+    (dst / BENCH_INVENTORY).write_text("\n".join(rows) + "\n")
+
+
 def _plan(project: Path) -> dict[str, Any]:
-    return dict(json.loads((project / "build" / BENCH_STACK / "plan.json").read_text()))
+    """The plan's resource names and summary, read a line at a time (`render.plan_json`
+    writes one resource per line): a 2,048-node plan read whole would raise this process's
+    peak RSS to about a GiB, and Linux counts a parent's peak in every child it starts after
+    (the split site's parts would all report it)."""
+    resources: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    with (project / "build" / BENCH_STACK / "plan.json").open() as f:
+        for line in f:
+            if line.startswith("    {"):
+                resources.append({"name": json.loads(line.rstrip().removesuffix(","))["name"]})
+            elif line.startswith('  "summary": '):  # the rest, less the plan's closing brace
+                summary = json.loads(line.removeprefix('  "summary": ') + f.read()[:-2])
+    return {"resources": resources, "summary": summary}
 
 
-# Why each resource a GPU node brings exists (by the name it takes after the hostname).
+# Why each resource a GPU node brings exists (by the name it takes after the hostname), and
+# why it is a resource of its own: each runs on another host or connection than its
+# neighbours, or its own replace or re-run would do something the others must not.
 PER_NODE = {
-    "": "BareMetalNode: the component that groups the host's resources (no engine step)",
-    "-prepare": "host preparation (drivers, DOCA-OFED, kernel arguments, LNet, scratch RAID)",
+    "": "BareMetalNode: the component that groups the host's resources (no engine step; "
+        "every other one's parent: without it their URNs, and so every node's, change)",
+    "-prepare": "host preparation (drivers, DOCA-OFED, kernel arguments, LNet, scratch RAID), "
+                "on the node",
     "-ssh-keys": "the authorized keys the stack manages, so a key rotation re-runs only this",
-    "-bmc": "Redfish power and boot settings, through the BMC (not the host)",
-    "-join-token": "a short-lived token for this join alone: adding a node touches no other",
-    "-kubeadm-join": "the join; its delete resets the host, only after the drain",
-    "-member": "membership on the control plane; its delete drains the node first",
-    "-placement": "the fabric placement labels (SU, rack, rails' leaves) kubelets cannot set",
-    "-reboot-check": "planned reboot: does the boot still lack what preparation staged",
+    "-bmc": "Redfish power and boot settings, through the BMC (another connection, not the "
+            "host)",
+    "-join-token": "a short-lived token for this join alone, made on the control plane: adding "
+                   "a node touches no other",
+    "-kubeadm-join": "the join, on the node; its delete resets the host, only after the drain",
+    "-member": "membership, on the control plane; its delete drains the node first",
+    "-placement": "the fabric placement labels (SU, rack, rails' leaves) kubelets cannot set; "
+                  "apart from the membership, whose replace would drain the node, so a "
+                  "re-cabled node is relabelled in place",
+    "-reboot-check": "planned reboot, on the node: does the boot still lack what preparation "
+                     "staged (the drain reads its verdict)",
     "-reboot-drain": "planned reboot: drain on the control plane (the reboot lock)",
-    "-reboot": "planned reboot: the reboot on the node",
-    "-reboot-wait": "planned reboot: wait for the new boot and check it",
+    "-reboot": "planned reboot: the reboot, on the node, only once drained",
+    "-reboot-wait": "planned reboot: a new SSH session to the new boot, which it checks",
     "-reboot-uncordon": "planned reboot: uncordon on the control plane, release the lock",
     "-upgrade-drain": "Kubernetes upgrade: drain on the control plane, gangs waited for",
-    "-kubernetes-upgrade": "Kubernetes upgrade: kubeadm upgrade node, kubelet on the node",
+    "-kubernetes-upgrade": "Kubernetes upgrade: kubeadm upgrade node, kubelet, on the node",
     "-upgrade-uncordon": "Kubernetes upgrade: uncordon on the control plane",
 }
 
@@ -289,11 +342,14 @@ def bench_sizes(project: Path, stack: str, sizes: list[int], repeat: int = 1,
         for n in sizes:
             dst = Path(tmp) / f"n{n}"
             doc = generate(base, n)
+            # One node upgraded at a time per SU: the longest chains a site can have.
+            doc["config"][CLUSTER_KEY].setdefault("kubernetes", {})["upgradeBatch"] = 1
             _bench_project(project, dst, doc)
             runs = []
             count = 0
             breakdown: dict[str, float] = {}
-            for _ in range(repeat):  # interleaved, so a slow spell hits all three alike
+            # Minutes each from 1,024 nodes up, where a run's noise is small beside it.
+            for _ in range(repeat if n < ONCE_FROM else 1):  # interleaved: a slow spell hits all
                 run = _preview(dst, BENCH_STACK)
                 if run.returncode not in (0, 3):  # 3 = mandatory violations: a full run too
                     raise SystemExit(f"{n} nodes: preview failed (exit {run.returncode}):\n"
@@ -367,13 +423,14 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['floor_rss']:.0f} |"
         )
     by_n = {r["nodes"]: r for r in rows}
-    if 128 in by_n and 1024 in by_n:
-        a, b = by_n[128], by_n[1024]
-        t, n = b["seconds"] / a["seconds"], b["resources"] / a["resources"]
-        lines.append("")
-        lines.append(f"time(1024)/time(128) = {t:.2f} (program {b['program'] / a['program']:.2f}) "
-                     f"for {n:.2f}x the resources "
-                     f"(scaling exponent {math.log(t) / math.log(n):.2f}; 1.00 = linear)")
+    for small, big in ((128, 1024), (256, 2048)):
+        if small in by_n and big in by_n:
+            a, b = by_n[small], by_n[big]
+            t, n = b["seconds"] / a["seconds"], b["resources"] / a["resources"]
+            lines += ["", f"time({big})/time({small}) = {t:.2f} (program "
+                      f"{b['program'] / a['program']:.2f}) for {big // small}x the slots and "
+                      f"{n:.2f}x the resources (scaling exponent "
+                      f"{math.log(t) / math.log(n):.2f}; 1.00 = linear)"]
     largest = max((r for r in rows if r.get("per_node")), key=lambda r: r["resources"],
                   default=None)
     if largest is not None:

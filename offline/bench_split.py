@@ -19,7 +19,15 @@ from typing import Any
 
 import yaml
 
-from .bench import CLUSTER_KEY, Sample, _bench_project, _preview, run_child, scale_gpu_nodes
+from .bench import (
+    CLUSTER_KEY,
+    Sample,
+    _bench_project,
+    _preview,
+    run_child,
+    scale_gpu_nodes,
+    write_inventory,
+)
 
 SITE_KEY = "gpu-cluster:site"
 CORE = "core"
@@ -55,8 +63,8 @@ def bench_split(project: Path, stack: str, sizes: list[int], whole_up_to: int,
             dst = Path(tmp) / f"n{n}"
             doc = scale_gpu_nodes(base, n, free_slots=1)  # room for the change's new node
             sus = len({r["su"] for r in doc["config"][CLUSTER_KEY]["gpuNodes"]["ranges"]})
+            _bench_project(project, dst, doc)  # names the site's inventory in doc
             stacks = split_site(doc)
-            _bench_project(project, dst, stacks["whole"])
             for name, doc in stacks.items():
                 (dst / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             order = [CORE, "su1", "platform", "workloads"] + (["whole"] if n <= whole_up_to
@@ -106,6 +114,7 @@ def bench_site_change(dst: Path, n: int) -> dict[str, Any]:
     ranges[0]["count"] -= 1
     ranges[-1]["count"] += 1
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_inventory(dst, doc)  # the new node's host key in, the leaving one's out
     run = run_child([sys.executable, "-m", "offline", "site", "--stack", CORE,
                      "--project-dir", str(dst), "--quiet"], dst)
     order = [ln.split("--stack ")[1].split()[0] for ln in run.output.splitlines()

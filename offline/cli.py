@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import site
+from . import site, site_inputs
 from .diff import diff_json, format_diff
 from .impact import impact, refusals
 from .model import layer_order
@@ -150,6 +150,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         print(str(err), file=sys.stderr)
         return _failed(out, EXIT_CONFIG)
     core = site.core_of(project, args.stack)  # a split site's part: its core, else None
+    site_inputs.forget(project, args.stack)
     policy_config = _policy_config(project, args, core)
     r = _render(project, args, policy_config)
     if isinstance(r, int):
@@ -192,10 +193,21 @@ def cmd_preview(args: argparse.Namespace) -> int:
     refused = refusals(diff, new_inputs)
     for reason in refused:
         print(f"refused: {reason}", file=sys.stderr)
-    if any(v.level == "mandatory" for v in r.violations):
+    mandatory = any(v.level == "mandatory" for v in r.violations)
+    _record_rendered(project, args, mandatory)
+    if mandatory:
         print("mandatory policy violations: failing", file=sys.stderr)
         return EXIT_MANDATORY
     return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _record_rendered(project: Path, args: argparse.Namespace, mandatory: bool) -> None:
+    """A split site's part just rendered (`--render`) with no mandatory finding has no
+    changes while nothing it reads changes: the site preview reuses this verdict
+    (`site_inputs`). One with findings is previewed again, to show them."""
+    key = site.part_key(project, args.stack) if args.render and not mandatory else None
+    if key is not None:
+        site_inputs.record(project, args.stack, key, EXIT_OK, "", rendered=True)
 
 
 def _failed(out: Path, status: int) -> int:
@@ -228,7 +240,7 @@ def cmd_check_rendered(args: argparse.Namespace) -> int:
 
 def cmd_site(args: argparse.Namespace) -> int:
     return site.preview(Path(args.project_dir).resolve(), args.stack, args.timeout, args.quiet,
-                        args.apply)
+                        args.apply, args.fresh)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -298,18 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply", action="store_true",
                    help="then, when every part previews clean, `pulumi up` each part in that "
                         "order with the Pulumi CLI, stopping at the first that fails")
+    p.add_argument("--fresh", action="store_true",
+                   help="preview every part again, even one for which nothing it reads "
+                        "changed since its last preview (whose verdict is reused otherwise)")
     p.set_defaults(func=cmd_site)
 
     p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")
     common(p)
     p.set_defaults(func=cmd_check_rendered)
 
-    p = sub.add_parser("bench", help="time previews of 8…1024 GPU nodes against the SDK floor")
+    p = sub.add_parser("bench", help="time previews of 8…2048 GPU node slots against the SDK floor")
     p.add_argument("--project-dir", default=".")
     p.add_argument("--stack", default="prod", help="stack file to scale (prod)")
-    p.add_argument("--sizes", default="8,64,128,256,1024", help="GPU node counts")
+    p.add_argument("--sizes", default="8,64,128,256,1024,2048",
+                   help="GPU node slots of the whole sites previewed")
     p.add_argument("--repeat", type=int, default=3,
-                   help="runs per size; each time reported is the fastest (3)")
+                   help="runs per size below 1,024 (larger ones run once); each time "
+                        "reported is the fastest (3)")
     p.add_argument("--split-sizes", default="256,2048",
                    help="GPU node slots of the split sites whose parts are previewed ('' none)")
     p.add_argument("--whole-up-to", type=int, default=256, metavar="N",

@@ -290,16 +290,28 @@ class _Providers:
         return self._made[urn]
 
 
+def _applies(policy: Any, type_: str) -> bool:
+    """Whether a resource rule judges resources of `type_`: a rule of this pack says so
+    (`applies_to`); any other is called for every resource, as the analyzer calls it."""
+    applies = getattr(policy, "applies_to", None)
+    return applies is None or bool(applies(type_))
+
+
 def _run_resource_policies(plan: Plan, policies: list[tuple[Any, str, Any]],
                            providers: _Providers, secrets: set[str]) -> list[Violation]:
     found: list[Violation] = []
     if not policies:
         return found
+    by_type: dict[str, list[tuple[Any, str, Any]]] = {}
     for res in plan.resources:
+        if res.type not in by_type:
+            by_type[res.type] = [p for p in policies if _applies(p[0], res.type)]
+        if not by_type[res.type]:
+            continue
         props = LazyProps(res.reg.inputs)
         opts = _options(res)
         prov = providers.of(res)
-        for policy, level, pconf in policies:
+        for policy, level, pconf in by_type[res.type]:
 
             def report(message: str, urn: str | None = None, *, _p: Any = policy,
                        _l: str = level, _u: str = res.urn) -> None:

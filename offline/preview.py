@@ -7,6 +7,7 @@ import shutil
 import time
 import traceback
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,9 @@ def outputs_json(outputs: Mapping[str, Any]) -> str:
     return to_json({"outputs": shown, "secretOutputNames": secret})
 
 
+WRITERS = 4  # files written at once
+
+
 def write_tree(root: Path, files: Mapping[str, str]) -> None:
     """Replace `root` with exactly `files`: written beside it, then swapped in."""
     tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
@@ -199,11 +203,17 @@ def write_tree(root: Path, files: Mapping[str, str]) -> None:
     dirs = {os.path.dirname(p) for p in files}
     for d in sorted(dirs):
         (tmp / d).mkdir(parents=True, exist_ok=True)
-    for path, text in files.items():
+
+    def write(path: str) -> None:
         target = tmp / path
-        target.write_text(text)
+        target.write_text(files[path])
         if path.endswith(".sh"):
             target.chmod(0o755)
+
+    # A thousand nodes' scripts are tens of thousands of files: the writes wait on the disk,
+    # not on the interpreter, so a few run at once.
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        list(pool.map(write, files))
     old = root.with_name(f".{root.name}.old-{os.getpid()}")
     if root.exists():
         root.rename(old)

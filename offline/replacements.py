@@ -244,11 +244,22 @@ def management_mac(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
                    ) -> str | None:
     """The MAC the management network's DHCP/PXE server must know the host by (its
     preparation checks it), if the stack has one for it."""
-    prepare = str((new_inputs or {}).get(next(
-        (u for u in new_inputs or {} if u.endswith(f"::{host}-prepare")), ""), {}).get(
-        "stdin", ""))
-    mac = re.search(r'^MANAGEMENT_MAC="([^"]+)"$', prepare, re.M)
-    return mac.group(1) if mac else None
+    return management_macs([host], new_inputs).get(host)
+
+
+def management_macs(hosts: Iterable[str], new_inputs: Mapping[str, Mapping[str, Any]] | None
+                    ) -> dict[str, str]:
+    """`management_mac` of each of `hosts` that has one, in one pass over the resources."""
+    prepares = {f"{h}-prepare": h for h in hosts}
+    macs = {}
+    for urn, inputs in (new_inputs or {}).items():
+        host = prepares.get(urn.rsplit("::", 1)[-1])
+        if host and (mac := _MANAGEMENT_MAC.search(str(inputs.get("stdin", "")))):
+            macs[host] = mac.group(1)
+    return macs
+
+
+_MANAGEMENT_MAC = re.compile(r'^MANAGEMENT_MAC="([^"]+)"$', re.M)
 
 
 def board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from .acceptance import UNTESTED, gate_urn, gpu_nodes, mark_untested, recabled_check
@@ -26,7 +27,7 @@ from .operators import host_driver_change, operator_rollouts
 from .replacements import (
     board_steps,
     hca_steps,
-    management_mac,
+    management_macs,
     replaced_boards,
     replaced_hcas,
     replaced_switches,
@@ -67,21 +68,37 @@ def cable_moves(changes: Iterable[Change],
         switch = _switch(ch)
         if switch is None:
             continue
-        lines = ch.text_diffs.get("stdin", [])
         if ch.action == "delete":  # a retired switch: every cable on it is pulled
-            lines = ["-" + line for line in str(ch.old_inputs.get("stdin", "")).splitlines()]
+            moves += _whole_map(switch, "-", str(ch.old_inputs.get("stdin", "")))
+            continue
         if ch.action == "create" and new_inputs and ch.urn in new_inputs:
-            lines = ["+" + line for line in str(new_inputs[ch.urn].get("stdin", "")).splitlines()]
+            moves += _whole_map(switch, "+", str(new_inputs[ch.urn].get("stdin", "")))
+            continue
         ports: dict[int, dict[str, tuple[str, str | None]]] = {}
-        for line in lines:
+        for line in ch.text_diffs.get("stdin", []):
             parsed = _ports().parse_port_line(line[1:]) if line[:1] in ("+", "-") else None
             if parsed:
                 ports.setdefault(parsed[0], {})[line[0]] = _ports().split_cable(parsed[1])
-        for port, sides in sorted(ports.items()):
-            old, new = sides.get("-"), sides.get("+")
-            moves.append(CableMove(switch, port, old and old[0], new and new[0],
-                                   old and old[1], new and new[1]))
+        moves += [_move(switch, port, sides.get("-"), sides.get("+"))
+                  for port, sides in sorted(ports.items())]
     return _once_per_cable(moves)
+
+
+def _move(switch: str, port: int, old: tuple[str, str | None] | None,
+          new: tuple[str, str | None] | None) -> CableMove:
+    return CableMove(switch, port, old and old[0], new and new[0], old and old[1],
+                     new and new[1])
+
+
+@lru_cache(maxsize=4096)
+def _whole_map(switch: str, side: str, text: str) -> tuple[CableMove, ...]:
+    """Every cable of a switch's port map, all plugged (`+`) or all pulled (`-`); a new
+    fabric's maps are read several times per preview (the runbook, the impact)."""
+    ports = sorted(dict(parsed for line in text.splitlines()
+                        if (parsed := _ports().parse_port_line(line))).items())
+    return tuple(_move(switch, port, None if side == "+" else cable,
+                       cable if side == "+" else None)
+                 for port, cable in ((p, _ports().split_cable(d)) for p, d in ports))
 
 
 def _once_per_cable(moves: list[CableMove]) -> list[CableMove]:
@@ -631,10 +648,11 @@ def runbook(diff: Diff, stack: str = "prod",
     steps += _host_steps(w, boards)
     steps += _fabric_steps(w, new_inputs)
     steps += hca_after
+    macs = management_macs(w.joining, new_inputs)
     steps += [f"{host} joins: " + (
         f"before it powers on, load build/{stack}/network/dhcp-hosts into the management "
         f"network's DHCP/PXE server (its management MAC {mac} gets its address); then "
-        if (mac := management_mac(host, new_inputs)) else "") + "`pulumi up` runs its host "
+        if (mac := macs.get(host)) else "") + "`pulumi up` runs its host "
         "preparation, its own join token, guarded kubeadm join, placement labels"
         for host in w.joining]
     steps += _software_steps(w, new_inputs)

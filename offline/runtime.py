@@ -287,6 +287,16 @@ def _disabled_providers(config: Mapping[str, str]) -> frozenset[str]:
     return frozenset(str(v) for v in (value if isinstance(value, list) else [value]))
 
 
+def _without_source_positions() -> None:
+    """The SDK sends the engine each resource's stack trace, read line by line from the
+    program's source, to show where it was declared; the recording monitor has no use for it,
+    and at a thousand nodes it is a tenth of the preview."""
+    from pulumi.runtime import resource as sdk_resource
+    from pulumi.runtime.proto import source_pb2
+
+    sdk_resource._get_stack_trace = source_pb2.StackTrace
+
+
 def run_program(
     project_dir: Path,
     stack_config: StackConfig,
@@ -326,6 +336,7 @@ def run_program(
         organization=backend_organization(project_dir),
     )
     pulumi.runtime.set_all_config(stack_config.config, stack_config.secret_keys)
+    _without_source_positions()
     collector = gc.isenabled(), gc.get_threshold()  # the program may tune it for its process
 
     program_globals: dict[str, Any] = {}

@@ -26,16 +26,23 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from .preview import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
+from . import site_inputs
+from .diff import Diff, diff_json
+from .impact import impact
+from .preview import EXIT_CONFIG, EXIT_ERROR, EXIT_MANDATORY, EXIT_OK, EXIT_REFUSED
 
 CLUSTER_KEY = "gpu-cluster:cluster"
 SITE_KEY = "gpu-cluster:site"
 RUNNER_ROOT = Path(__file__).resolve().parent.parent  # makes `-m offline` importable
 PART_ORDER = ("core", "nodes", "platform", "workloads")
 MAX_WORKERS = 8  # part previews at once
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a 2,048-node core's file: libyaml
 T = TypeVar("T")
 # A node leaving: its host and its join are deleted, or it is decommissioned first.
 LEAVING = ("gpucluster:hardware:BareMetalNode",)
+BUILT = (EXIT_OK, EXIT_MANDATORY, EXIT_REFUSED)  # the preview wrote its build
+VERDICTS = {EXIT_OK: "ok", EXIT_MANDATORY: "mandatory policy violations",
+            EXIT_REFUSED: "refused"}
 
 
 def parts(project: Path, core: str) -> list[tuple[str, str]] | str:
@@ -43,7 +50,8 @@ def parts(project: Path, core: str) -> list[tuple[str, str]] | str:
     path = project / f"Pulumi.{core}.yaml"
     if not path.is_file():
         return f"{path.name} not found (STACK={core})"
-    cluster = ((yaml.safe_load(path.read_text()) or {}).get("config") or {}).get(CLUSTER_KEY)
+    doc = yaml.load(path.read_text(), Loader=_LOADER) or {}  # a safe loader
+    cluster = (doc.get("config") or {}).get(CLUSTER_KEY)
     split = cluster.get("split") if isinstance(cluster, dict) else None
     if not isinstance(split, dict) or split.get("part") != "core":
         return (f"{core} is not the core part of a split site (its {CLUSTER_KEY}.split.part is "
@@ -96,7 +104,7 @@ def core_of(project: Path, stack: str) -> str | None:
     """The core stack a part's file names (`gpu-cluster:site`), if it names one."""
     path = project / f"Pulumi.{stack}.yaml"
     try:
-        doc = yaml.safe_load(path.read_text()) if path.is_file() else None
+        doc = yaml.load(path.read_text(), Loader=_LOADER) if path.is_file() else None
     except yaml.YAMLError:
         return None  # the preview itself says what is wrong with the file
     site = ((doc or {}).get("config") or {}).get(SITE_KEY) if isinstance(doc, dict) else None
@@ -144,30 +152,78 @@ def side_by_side(stage: list[tuple[str, str]], run: Callable[[tuple[str, str]], 
         return list(pool.map(run, stage))
 
 
-def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: bool
-                  ) -> _Previewed:
+def _preview_part(project: Path, stack: str, part: str, timeout: float, quiet: bool,
+                  key: str) -> _Previewed:
     """One part's offline preview in its own process (the Pulumi runtime is process-wide),
-    with this runner."""
+    with this runner; its verdict recorded with its key."""
     cmd = [sys.executable, "-m", "offline", "preview", "--stack", stack, "--quiet",
            "--project-dir", str(project), "--timeout", str(timeout)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(RUNNER_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    output = proc.stdout + proc.stderr
+    if proc.returncode in BUILT:
+        site_inputs.record(project, stack, key, proc.returncode, output, rendered=False)
+    return _previewed(project, stack, part, proc.returncode, output, quiet)
+
+
+def _previewed(project: Path, stack: str, part: str, status: int, output: str, quiet: bool,
+               note: str = "") -> _Previewed:
+    """A part's verdict, with the diff and runbook of its build."""
     build = project / "build" / stack
-    ran = proc.returncode in (0, 3)  # 3: mandatory violations, the build written
+    ran = status in BUILT
     diff = _read_json(build / "diff.json") if ran else []
-    verdict = {0: "ok", 3: "mandatory policy violations"}.get(proc.returncode, "failed")
-    report = [f"== {stack} ({part}): {len(diff)} change(s); {verdict}"]
-    report += [f"   {line}" for line in (proc.stdout + proc.stderr).splitlines()
-               if not quiet or proc.returncode]
+    report = [f"== {stack} ({part}): {len(diff)} change(s); {VERDICTS.get(status, 'failed')}"
+              f"{note}"]
+    report += [f"   {line}" for line in output.splitlines() if not quiet or status]
     runbook = (build / "runbook.txt").read_text().splitlines() \
         if ran and (build / "runbook.txt").is_file() else []
-    return _Previewed(proc.returncode, diff, [ln for ln in runbook if ln.strip()], report)
+    return _Previewed(status, diff, [ln for ln in runbook if ln.strip()], report)
+
+
+def _part(project: Path, stack: str, part: str, key: str, timeout: float, quiet: bool,
+          fresh: bool) -> _Previewed:
+    """The part's last verdict when nothing it reads changed since (`site_inputs`), else a
+    new preview."""
+    last = None if fresh else site_inputs.recorded(project, stack, key)
+    if last is None:
+        return _preview_part(project, stack, part, timeout, quiet, key)
+    if last["rendered"]:
+        _unchanged_build(project, stack)
+        site_inputs.record(project, stack, key, int(last["status"]), "", rendered=False)
+    return _previewed(project, stack, part, int(last["status"]), str(last["output"]), quiet,
+                      note=" (nothing it reads changed since its last preview: not rerun)")
+
+
+def _unchanged_build(project: Path, stack: str) -> None:
+    """A part reused from its rendering: its build's diff, runbook and impact say what a
+    preview says now (no changes), not what the rendering's own preview changed."""
+    build = project / "build" / stack
+    none = Diff(changes=[])
+    (build / "diff.json").write_text(diff_json(none))
+    (build / "runbook.txt").write_text("\n")
+    (build / "impact.txt").write_text("\n".join(impact(none)) + "\n")
+
+
+def part_key(project: Path, stack: str) -> str | None:
+    """The key of a split site's part (`site_inputs`), None for a stack of no split site."""
+    core = core_of(project, stack) or stack
+    found = parts(project, core)
+    if isinstance(found, str):
+        return None
+    earlier: list[str] = []
+    for stage in _stages(found):
+        for s, kind in stage:
+            if s == stack:
+                return site_inputs.Site(project, core).key(s, kind, earlier)
+        earlier += [s for s, _ in stage]
+    return None
 
 
 def preview(project: Path, core: str, timeout: float, quiet: bool = False,
-            apply: bool = False) -> int:
-    """Every part previewed, one runbook; with `apply`, then `pulumi up` on each in order."""
+            apply: bool = False, fresh: bool = False) -> int:
+    """Every part previewed, one runbook; with `apply`, then `pulumi up` on each in order.
+    A part nothing it reads changed for keeps its last verdict, unless `fresh`."""
     found = parts(project, core)
     if isinstance(found, str):
         print(f"site: {found}", file=sys.stderr)
@@ -175,8 +231,16 @@ def preview(project: Path, core: str, timeout: float, quiet: bool = False,
     statuses: dict[str, int] = {}
     removing: set[str] = set()
     lines: list[str] = []
+    inputs = site_inputs.Site(project, core)
+    earlier: list[str] = []
     for stage in _stages(found):
-        previewed = side_by_side(stage, lambda sp: _preview_part(project, *sp, timeout, quiet))
+        keys = {s: inputs.key(s, kind, earlier) for s, kind in stage}
+        earlier += [s for s, _ in stage]
+
+        def run(sp: tuple[str, str], keys: dict[str, str] = keys) -> _Previewed:
+            return _part(project, sp[0], sp[1], keys[sp[0]], timeout, quiet, fresh)
+
+        previewed = side_by_side(stage, run)
         for (stack, part), done in zip(stage, previewed, strict=True):
             print("\n".join(done.report), flush=True)
             statuses[stack] = done.status

@@ -73,7 +73,8 @@ def test_make_runs_ruff_and_mypy_and_test_fast_skips_slow() -> None:
         recipe = make_recipe(target)
         assert "$(VENV)/bin/ruff check ." in recipe, target
         assert "$(VENV)/bin/mypy" in recipe, target
-    assert '$(PY) -m pytest -q -m "not slow"' in make_recipe("test-fast")
+    # The loop's tests spread over every core (pytest-xdist).
+    assert '$(PY) -m pytest -q -m "not slow" -n auto' in make_recipe("test-fast")
 
 
 @pytest.mark.slow

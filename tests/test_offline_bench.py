@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import sys
 from pathlib import Path
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 from support.project import REPO
 
-from offline import bench_engine
-from offline.bench import best, per_node, scale_gpu_nodes, table
+from offline import bench, bench_engine
+from offline.bench import BENCH_STACK, best, per_node, scale_gpu_nodes, table
 from offline.bench_engine import best_engine, engine_table, find_engine, run_tree
 from offline.bench_split import split_site, split_table
 from offline.cli import build_parser
@@ -87,12 +88,17 @@ def test_table_reports_ratios() -> None:
     row = {"resources": 100, "seconds": 2.0, "rss": 100.0, "program": 1.5, "floor": 1.0,
            "floor_process": 1.25, "floor_tuned": 0.75, "floor_rss": 90.0}
     text = table([{**row, "nodes": 128, "gpu_nodes": 126},
-                  {**row, "nodes": 1024, "resources": 800, "seconds": 16.0, "program": 12.0}])
+                  {**row, "nodes": 1024, "resources": 800, "seconds": 16.0, "program": 12.0},
+                  {**row, "nodes": 256, "resources": 200, "seconds": 4.0, "program": 3.0},
+                  {**row, "nodes": 2048, "resources": 1600, "seconds": 40.0, "program": 30.0}])
     # program/floor 1.5, program/same-GC floor 2.0, preview/floor process 1.6
     assert ("| 126 (128) | 100 | 0.8 | 1.50 | 1.00 | 1.50 | 0.75 | 2.00 | 2.00 | 1.25 | 1.60 |"
             in text)
-    assert "time(1024)/time(128) = 8.00 (program 8.00) for 8.00x the resources" in text
-    assert "scaling exponent 1.00" in text
+    assert ("time(1024)/time(128) = 8.00 (program 8.00) for 8x the slots and 8.00x the "
+            "resources (scaling exponent 1.00" in text)
+    # The whole site's target: t(2048)/t(256) within 9 for 8x the slots.
+    assert ("time(2048)/time(256) = 10.00 (program 10.00) for 8x the slots and 8.00x the "
+            "resources (scaling exponent 1.11" in text)
 
 
 def test_synthetic_table_has_no_same_gc_floor() -> None:
@@ -151,6 +157,18 @@ def test_resources_per_node_are_counted_by_what_they_are_for() -> None:
     assert per_node(plan, ["gpu-node-00", "gpu-node-01"]) == {
         "": 1.0, "-prepare": 0.5, "-reboot": 0.5, "-reboot-wait": 0.5,
         "-kubernetes-upgrade": 0.5, "other": 0.5}
+
+
+def test_the_plan_is_read_a_resource_at_a_time_as_the_preview_writes_it(
+        build: Path, tmp_path: Path) -> None:
+    """The bench reads a plan's names and summary line by line (a whole 2,048-node plan in
+    its own process would show in every later child's peak RSS): the same as the whole file."""
+    plan = json.loads((build / "plan.json").read_text())
+    (tmp_path / "build" / BENCH_STACK).mkdir(parents=True)
+    (tmp_path / "build" / BENCH_STACK / "plan.json").write_text((build / "plan.json").read_text())
+    read = bench._plan(tmp_path)
+    assert read["summary"] == plan["summary"] and read["summary"]["total"] > 200
+    assert [r["name"] for r in read["resources"]] == [r["name"] for r in plan["resources"]]
 
 
 def _engine_row(stack: str, resources: int, offline: float, program: float, engine: float,

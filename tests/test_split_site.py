@@ -191,6 +191,56 @@ def test_a_node_added_to_su2_previews_as_one_ordered_change(project: Path) -> No
     assert "gpu-node-62 joins" in (project / "build/core/site-runbook.txt").read_text()
 
 
+def verdicts(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """Each part's line of a site preview: stack -> its changes and verdict."""
+    return {line.split()[1]: line.split(": ", 1)[1] for line in proc.stdout.splitlines()
+            if line.startswith("== ")}
+
+
+REUSED = " (nothing it reads changed since its last preview: not rerun)"
+
+
+@pytest.mark.slow
+def test_a_site_preview_reruns_only_the_parts_whose_reads_changed(project: Path) -> None:
+    """A node added to SU 2 changes what the core, SU 2's part, the platform and the workloads
+    read, not what SU 1's part reads: SU 1 keeps its verdict from its rendering. A fresh
+    preview of every part gives each the same verdict: the one it kept is still true."""
+    rendered_site(project)
+    write(project, "core", site(project, +1), {"part": "core", "parts": PARTS})
+    reused = site_preview(project)
+    assert reused.returncode == 0, reused.stdout + reused.stderr
+    kept = verdicts(reused)
+    assert kept["su1"] == "0 change(s); ok" + REUSED
+    assert [s for s, v in kept.items() if v.endswith(REUSED)] == ["su1"]
+    assert diff(project, "su1") == []  # its build says so too, not its rendering's changes
+    fresh = run_offline(project, "site", "--stack", "core", "--fresh")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    assert verdicts(fresh) == {s: v.removesuffix(REUSED) for s, v in kept.items()}
+    # Nothing changed since: every part keeps the verdict its fresh preview gave.
+    again = verdicts(site_preview(project))
+    assert again == {s: v + REUSED for s, v in verdicts(fresh).items()}
+
+
+@pytest.mark.slow
+def test_what_every_part_reads_reruns_every_part(project: Path) -> None:
+    """The program (any file of the project) and a setting outside the node list are read by
+    every part; SU 1's own inventory rows only by SU 1's part (and the core, the platform and
+    the workloads, which read the whole site)."""
+    rendered_site(project)
+    inventory = project / "inventory/site.csv"
+    rows = inventory.read_text().splitlines()
+    first = rows[1].split(",")[0]  # a node of SU 1
+    mac = "5c:25:73:7f:00:01"
+    inventory.write_text("\n".join(
+        ",".join([*r.split(",")[:4], mac, r.split(",")[5]]) if r.startswith(f"{first},") else r
+        for r in rows) + "\n")
+    rerun = [s for s, v in verdicts(site_preview(project)).items() if not v.endswith(REUSED)]
+    assert rerun == ["core", "su1", "platform", "workloads"]
+    with (project / "components/__init__.py").open("a") as f:
+        f.write("# a change to the program\n")
+    assert not [v for v in verdicts(site_preview(project)).values() if v.endswith(REUSED)]
+
+
 @pytest.mark.slow
 def test_a_node_removed_from_su2_is_applied_nodes_before_core(project: Path) -> None:
     rendered_site(project)

@@ -11,6 +11,7 @@ The fabric's published facts and the preview's runbook read them back with the p
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _PORT_LINE = re.compile(r'^interface ib 1/(\d+) description "(.*)"\s*$')
 _HCA_PEER = re.compile(r"^(\S+) rail (\d+) \((\S+)\)$")
@@ -62,6 +63,7 @@ def hca_peer(description: str) -> tuple[str, int, str] | None:
     return (m.group(1), int(m.group(2)), m.group(3)) if m else None
 
 
+@lru_cache(maxsize=65536)  # a large fabric's runbook reads each cable several times
 def switch_peer(description: str) -> tuple[str, int] | None:
     """(switch, port) when the port is cabled to another switch."""
     m = _SWITCH_PEER.match(split_cable(description)[0])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -62,6 +62,23 @@ def core_site(cluster: Cluster) -> dict[str, Any]:
 
 def part_site(cluster: Cluster, nodes: Sequence[GpuNode] = ()) -> dict[str, Any]:
     return {"fingerprint": fingerprint(cluster), "nodes": sorted(n.hostname for n in nodes)}
+
+
+def part_view(core: Mapping[str, Any], stack: str, hosts: Iterable[str]) -> dict[str, Any]:
+    """The core's outputs as the part `stack` reads them: its own entry of the ownership map
+    and its own nodes' identities, not every node of the site. A part reads the core through
+    this alone, so a change to another SU's nodes leaves what it reads, and its preview,
+    unchanged (the site preview reruns only parts whose reads changed)."""
+    view = {k: core[k] for k in ("kubeconfig", "facts") if k in core}
+    site = core.get("site")
+    if isinstance(site, Mapping):
+        own = set(hosts)
+        parts, nodes = (v if isinstance(v := site.get(k), Mapping) else {}
+                        for k in ("parts", "nodes"))
+        view["site"] = {**{k: site[k] for k in ("fingerprint", "apiEndpoint") if k in site},
+                        "parts": {stack: parts[stack]} if stack in parts else {},
+                        "nodes": {h: i for h, i in nodes.items() if h in own}}
+    return view
 
 
 def cabled_hcas(fabric_facts: Mapping[str, Any]) -> list[str]:

@@ -140,8 +140,13 @@ def resource_rule(
                 # Checked by `pulumi up`, which registers the resource only once it is known.
                 _defer(name, args.urn, err)
 
-        _register(ResourceValidationPolicy(
-            name=name, description=description, validate=validate, enforcement_level=level))
+        policy = ResourceValidationPolicy(
+            name=name, description=description, validate=validate, enforcement_level=level)
+        # Read by a runner that calls each rule only for the types it judges (the offline
+        # preview: a rule per resource adds up at thousands of resources); the analyzer
+        # calls every rule, and `validate` checks the type itself.
+        policy.applies_to = applies  # type: ignore[attr-defined]
+        _register(policy)
         DOCS[name] = fn
         return fn
 

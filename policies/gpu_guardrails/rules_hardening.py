@@ -5,6 +5,7 @@ Resource rules read the exact scripts and objects the stack sends (`stdin`, `cre
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -20,6 +21,8 @@ COMMAND = ("command:remote:Command",)
 SERVING = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
 USER_WORKLOADS = (*TRAINING_JOB_TYPES, *SERVING, "kubernetes:batch/v1:Job",
                   "kubernetes:core/v1:Pod")
+# libyaml's safe loader where PyYAML has it: every node's scripts are read at a large site.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HEREDOC = re.compile(r"<<'?(?P<tag>[A-Z]+)'?\n(?P<body>.*?)\n(?P=tag)\n", re.S)
 
 
@@ -28,16 +31,18 @@ def _scripts(args: Any) -> list[str]:
             if isinstance(v, str)]
 
 
-def _documents(text: str) -> list[dict[str, Any]]:
+@lru_cache(maxsize=256)  # several rules read the same script's documents
+def _documents(text: str) -> tuple[dict[str, Any], ...]:
     """Every YAML document a script writes with a here-document (configs it hands kubeadm,
     the API server or the kubelet)."""
     docs: list[dict[str, Any]] = []
     for m in HEREDOC.finditer(text):
         try:
-            docs += [d for d in yaml.safe_load_all(m.group("body")) if isinstance(d, dict)]
+            docs += [d for d in yaml.load_all(m.group("body"), Loader=_LOADER)
+                     if isinstance(d, dict)]
         except yaml.YAMLError:
             continue
-    return docs
+    return tuple(docs)
 
 
 def _of_kind(args: Any, kind: str, in_init: bool = False) -> list[dict[str, Any]]:
@@ -220,20 +225,24 @@ def apiserver_anonymous_limited(args: ResourceValidationArgs, report: Report) ->
 
 
 _PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|;]*\|\s*(sudo\s+)?(ba|z|da)?sh\b")
+# (pattern, why, words any match contains, lower-cased: a script without one is not searched)
 _SCRIPT_PATTERNS = (
-    (_PIPE_TO_SHELL, "pipes a download into a shell (no checksum, no pinned key)"),
+    (_PIPE_TO_SHELL, "pipes a download into a shell (no checksum, no pinned key)",
+     ("curl", "wget")),
     (re.compile(r"discovery-token-unsafe-skip-ca-verification|unsafeSkipCAVerification:\s*true"),
-     "joins without verifying the cluster CA (anyone on the network can pose as it)"),
+     "joins without verifying the cluster CA (anyone on the network can pose as it)",
+     ("unsafe",)),
     (re.compile(r"^\s*PasswordAuthentication\s+yes\b", re.M | re.I),
-     "turns on SSH password logins"),
+     "turns on SSH password logins", ("passwordauthentication",)),
     # A credential file others can read: any local user (or a container with the host path)
     # takes the key, token or kubeconfig.
     (re.compile(r"\b(chmod|install\s+(-\S+\s+)*-m)\s+0?[0-7][0-7][4-7]\b[^\n]*"
                 r"(\.key\b|admin\.conf|kube-vip\.conf|kubeconfig|encryption-config|token|"
                 r"password|secret)", re.I),
-     "makes a credential file readable by others"),
+     "makes a credential file readable by others", ("chmod", "install")),
     (re.compile(r"(--token[= ]|--password[= ]|--discovery-token[= ])\s*[A-Za-z0-9.]{6,}"),
-     "puts a credential on a command line (any local user reads it in ps)"),
+     "puts a credential on a command line (any local user reads it in ps)",
+     ("--token", "--password", "--discovery-token")),
 )
 
 
@@ -249,8 +258,9 @@ def host_scripts_safe(args: ResourceValidationArgs, report: Report) -> None:
     serves that day, an unpinned join trusts any API server, and a password login is a
     brute-force target on the management network."""
     for text in _scripts(args):
-        for pattern, why in _SCRIPT_PATTERNS:
-            m = pattern.search(text)
+        lower = text.lower()
+        for pattern, why, words in _SCRIPT_PATTERNS:
+            m = any(w in lower for w in words) and pattern.search(text)
             if m:
                 report(f"{m.group(0).strip()[:80]!r}: {why}")
 
