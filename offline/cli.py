@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import site, site_inputs
-from .diff import diff_json, format_diff
+from .diff import Diff, diff_json, format_diff
 from .impact import impact, refusals
 from .model import layer_order
 from .policy import LEVEL_ORDER, SUPPRESSED, Violation
@@ -133,15 +134,21 @@ def _policy_config(project: Path, args: argparse.Namespace, core: str | None) ->
     return None
 
 
+def _baseline_problem(project: Path, args: argparse.Namespace) -> str | None:
+    if args.baseline and args.render:
+        return ("--baseline compares with another stack's rendering; --render writes this "
+                f"stack's own (rendered/{args.stack}/): use one or the other")
+    if args.baseline and not (project / "rendered" / args.baseline).is_dir():
+        return (f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
+                f"(make render STACK={args.baseline})")
+    return None
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     project = Path(args.project_dir).resolve()
-    if args.baseline and args.render:
-        print("--baseline compares with another stack's rendering; --render writes this "
-              f"stack's own (rendered/{args.stack}/): use one or the other", file=sys.stderr)
-        return EXIT_CONFIG
-    if args.baseline and not (project / "rendered" / args.baseline).is_dir():
-        print(f"--baseline {args.baseline}: no rendered/{args.baseline}/ to compare with "
-              f"(make render STACK={args.baseline})", file=sys.stderr)
+    wrong = _baseline_problem(project, args)
+    if wrong:
+        print(wrong, file=sys.stderr)
         return EXIT_CONFIG
     out = project / "build" / args.stack
     try:
@@ -165,6 +172,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
     (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
     verdict = impact(diff, new_inputs)
     (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
+    try:  # the pack judged beside all of the above
+        report = r.policy_report()
+        for name, text in report.items():
+            (out / name).write_text(text)
+    except RunFailure as err:
+        print(f"error: {err}", file=sys.stderr)
+        return _failed(out, EXIT_ERROR)
     label = f"rendered/{args.baseline or args.stack}"
     if args.render:
         # A settled file keeps what it shows: a value known only to what was deployed.
@@ -187,18 +201,23 @@ def cmd_preview(args: argparse.Namespace) -> int:
         # The fabric's bill of materials and the bring-up order: what a first build is.
         for line in r.report if args.verbose or not current else ():
             print(line)
-        print(f"Wrote build/{args.stack}/ ({len(r.build)} files)")
+        print(f"Wrote build/{args.stack}/ ({len(r.build) + len(report)} files)")
     if args.timings:
         print("timings " + json.dumps({k: round(v, 3) for k, v in r.timings.items()}))
-    refused = refusals(diff, new_inputs)
-    for reason in refused:
-        print(f"refused: {reason}", file=sys.stderr)
+    refused = _print_refusals(diff, new_inputs)
     mandatory = any(v.level == "mandatory" for v in r.violations)
     _record_rendered(project, args, mandatory)
     if mandatory:
         print("mandatory policy violations: failing", file=sys.stderr)
         return EXIT_MANDATORY
     return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _print_refusals(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]]) -> bool:
+    refused = refusals(diff, new_inputs)
+    for reason in refused:
+        print(f"refused: {reason}", file=sys.stderr)
+    return bool(refused)
 
 
 def _record_rendered(project: Path, args: argparse.Namespace, mandatory: bool) -> None:

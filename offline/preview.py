@@ -6,12 +6,13 @@ import os
 import shutil
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from .aside import Aside
 from .diff import Diff, diff_trees, read_tree
 from .model import Plan, build_plan
 from .normalize import is_secret, whole_floats
@@ -35,6 +36,8 @@ from .render import (
 from .runtime import OUTPUTS_FILE, ProgramFailed, run_program
 from .stackconfig import StackConfig, StackFileError, load_stack_config
 
+T = TypeVar("T")
+POLICY_REPORT = "policy-report.json"
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY, EXIT_REFUSED = 0, 1, 2, 3, 4
 # What each failing status means, as the preview's last line says it.
 EXIT_MEANING = {EXIT_ERROR: "the preview itself failed", EXIT_CONFIG: "a config error",
@@ -74,12 +77,32 @@ class Rendering:
     build: dict[str, str]  # relative path under build/<stack> → text
     rendered: dict[str, str]  # relative path under rendered/<stack> → text
     rendered_docs: dict[str, dict[str, Any]]  # the same, as documents
-    violations: list[Violation]
+    verdict: Aside[tuple[list[Violation], float]] | None  # the pack's, judged beside the rest
     levels: dict[str, str]
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     # What the program itself wants a reviewer to read (`cluster.report`), e.g. the fabric BOM.
     report: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Violation]:
+        """The pack's findings (none without a pack), waiting for the pack if it still runs."""
+        if self.verdict is None:
+            return []
+        try:
+            found, seconds = self.verdict.result()
+        except PolicyLoadError as err:
+            raise RunFailure(str(err)) from None
+        self.timings["policies"] = seconds
+        return found
+
+    def policy_report(self) -> dict[str, str]:
+        """`policy-report.json`, when the pack ran: the build's file that waits for it."""
+        if self.verdict is None:
+            return {}
+        report = {POLICY_REPORT: to_json([v.as_dict() for v in self.violations])}
+        _leak_check(self.config, {f"build/{self.config.stack}": report})
+        return report
 
 
 def _artifacts(program_globals: Mapping[str, Any], warnings: list[str]) -> dict[str, str]:
@@ -143,6 +166,8 @@ def render(
 
     warnings: list[str] = []
     plan = build_plan(cfg.project, stack, result.registrations, str(project_dir))
+    verdict, levels = _judge(plan, cfg, project_dir, policy_config, policy_pack, warnings) \
+        if with_policies else (None, {})
     artifacts = _artifacts(result.globals, warnings)
     manifests, dupes = manifest_files(plan)
     warnings.extend(dupes)
@@ -150,38 +175,44 @@ def render(
     rendered, rendered_docs = rendered_files(plan)
     t2 = time.perf_counter()
 
-    violations: list[Violation] = []
-    levels: dict[str, str] = {}
-    if with_policies:
-        try:
-            # Another pack (a PR's base branch's) judges this program with its own config.
-            pack_dir = (policy_pack or project_dir / "policies").resolve()
-            pack = load_pack(pack_dir)
-            if pack is None:
-                warnings.append(f"no {pack_dir}/gpu_guardrails package: policies not run")
-            else:
-                if policy_config is None:
-                    default = pack_dir / f"policy-config.{stack}.json"
-                    policy_config = default if default.is_file() else None
-                conf = load_config_file(policy_config)
-                violations = run_policies(plan, pack, conf, set(cfg.placeholders))
-                levels = policy_levels(pack, conf)
-        except PolicyLoadError as err:
-            raise RunFailure(str(err)) from None
-    t3 = time.perf_counter()
-
     build: dict[str, str] = {"plan.json": plan_json(plan),
                              OUTPUTS_FILE: outputs_json(result.outputs)}
     build.update({f"manifests/{p}": t for p, t in manifests.items()})
     build.update({f"helm/{p}": t for p, t in helm.items()})
     build.update(artifacts)
-    if with_policies:
-        build["policy-report.json"] = to_json([v.as_dict() for v in violations])
     _leak_check(cfg, {f"build/{stack}": build, f"rendered/{stack}": rendered})
-    timings = {"program": t1 - t0, "render": t2 - t1, "policies": t3 - t2}
+    timings = {"program": t1 - t0, "render": t2 - t1}
     report = [str(line) for line in getattr(result.globals.get("cluster"), "report", ())]
-    return Rendering(cfg, plan, build, rendered, rendered_docs, violations, levels, warnings,
+    return Rendering(cfg, plan, build, rendered, rendered_docs, verdict, levels, warnings,
                      timings, report)
+
+
+def _judge(plan: Plan, cfg: StackConfig, project_dir: Path, policy_config: Path | None,
+           policy_pack: Path | None, warnings: list[str]
+           ) -> tuple[Aside[tuple[list[Violation], float]] | None, dict[str, str]]:
+    """The pack's verdict on the plan, started beside what the preview does next, and each
+    policy's level."""
+    try:
+        # Another pack (a PR's base branch's) judges this program with its own config.
+        pack_dir = (policy_pack or project_dir / "policies").resolve()
+        pack = load_pack(pack_dir)
+        if pack is None:
+            warnings.append(f"no {pack_dir}/gpu_guardrails package: policies not run")
+            return None, {}
+        if policy_config is None:
+            default = pack_dir / f"policy-config.{cfg.stack}.json"
+            policy_config = default if default.is_file() else None
+        conf = load_config_file(policy_config)
+        levels = policy_levels(pack, conf)
+    except PolicyLoadError as err:
+        raise RunFailure(str(err)) from None
+    secrets = set(cfg.placeholders)
+    return Aside(lambda: _timed(run_policies, plan, pack, conf, secrets)), levels
+
+
+def _timed(work: Callable[..., T], *args: Any) -> tuple[T, float]:
+    start = time.perf_counter()
+    return work(*args), time.perf_counter() - start
 
 
 def outputs_json(outputs: Mapping[str, Any]) -> str:

@@ -17,10 +17,10 @@ import os
 import runpy
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pulumi
 import yaml
@@ -31,6 +31,8 @@ from pulumi.runtime.rpc import UNKNOWN
 
 from .normalize import SECRET_SIG, SIG_KEY, is_secret, struct_to_py
 from .stackconfig import StackConfig
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -297,6 +299,58 @@ def _without_source_positions() -> None:
     sdk_resource._get_stack_trace = source_pb2.StackTrace
 
 
+def cycle_check() -> Callable[[pulumi.Resource, pulumi.Resource], bool]:
+    """The SDK's `declare_dependency`, walking only when a cycle is possible.
+
+    The SDK refuses a `depends_on` edge that would close a cycle: before recording `a -> b` it
+    walks everything reachable from `b` looking for `a` (pulumi/runtime/resource_cycle_breaker.py),
+    which at a thousand nodes is a sixth of the program. `a` is reachable from `b` only if it
+    is `b` or something already depends on it, and a resource being registered almost never
+    is: this walks (with the SDK's own walk) only then, so its verdict is the SDK's every time.
+    It adds an edge in place, where the SDK copies the resource's whole set per edge."""
+    from pulumi.runtime import resource_cycle_breaker as breaker
+
+    depended_on: set[pulumi.Resource] = set()  # every resource an edge points to (by identity)
+
+    def declare_dependency(from_resource: pulumi.Resource, to_resource: pulumi.Resource) -> bool:
+        if from_resource is to_resource or (
+                from_resource in depended_on and breaker._reachable(to_resource, from_resource)):
+            return False
+        edges = getattr(from_resource, breaker._DEPENDENCIES_PROPERTY, None)
+        if edges is None:
+            setattr(from_resource, breaker._DEPENDENCIES_PROPERTY, {to_resource})
+        else:
+            edges.add(to_resource)
+        depended_on.add(to_resource)
+        return True
+
+    return declare_dependency
+
+
+def _cycle_check_only_where_one_can_close() -> None:
+    from pulumi.runtime import rpc  # where `_add_dependency` looks the check up
+
+    rpc.declare_dependency = cycle_check()  # type: ignore[assignment]  # a closure for a def
+
+
+class _InlineLoop(asyncio.SelectorEventLoop):
+    """An event loop that runs `run_in_executor` work at once, on the loop's own thread.
+
+    The SDK hands every monitor call (RegisterResource, Invoke, ...) to a thread pool so that a
+    gRPC round trip does not block the loop. The recording monitor answers from memory, so the
+    hop cost more than the call (a thread switch and a wake-up of the loop per resource), and
+    without it the program leaves no threads behind."""
+
+    def run_in_executor(  # type: ignore[override]
+            self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        future: asyncio.Future[T] = self.create_future()
+        try:
+            future.set_result(func(*args))
+        except BaseException as err:  # delivered to the awaiting coroutine, as the pool does
+            future.set_exception(err)
+        return future
+
+
 def run_program(
     project_dir: Path,
     stack_config: StackConfig,
@@ -314,7 +368,7 @@ def run_program(
     if str(project_dir) not in sys.path:
         sys.path.insert(0, str(project_dir))
 
-    loop = asyncio.new_event_loop()
+    loop = _InlineLoop()
     asyncio.set_event_loop(loop)
     loop_errors: list[BaseException] = []
 
@@ -337,6 +391,7 @@ def run_program(
     )
     pulumi.runtime.set_all_config(stack_config.config, stack_config.secret_keys)
     _without_source_positions()
+    _cycle_check_only_where_one_can_close()
     collector = gc.isenabled(), gc.get_threshold()  # the program may tune it for its process
 
     program_globals: dict[str, Any] = {}
