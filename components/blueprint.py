@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components import bring_up, site_link
 from components.bootstrap import (
@@ -39,9 +40,14 @@ from components.planning import (
     bmc,
     host_scripts,
     inference,
+    ingress,
     kubeadm,
+    namespaces,
+    network_policies,
     placement,
     platform,
+    pod_security,
+    rdma,
     reboot,
     site_facts,
     ssh_keys,
@@ -49,7 +55,9 @@ from components.planning import (
     switch_config,
     system_spread,
     training,
+    training_operator,
     upgrade,
+    volcano,
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
@@ -176,11 +184,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
 
     plat = store = None
     if _builds(cluster, "platform"):
-        plat, store, published = _platform_layer(cluster, _planned(fabric_plan), provider, cp,
-                                                 kube)
+        plat, store, published = _platform_layer(cluster, _planned(fabric_plan),
+                                                 _reachable(provider), cp, kube)
     apps: dict[str, Workload] = {}
     if _builds(cluster, "workloads"):
-        apps, files = _workload_layer(cluster, provider, cp, kube, [
+        apps, files = _workload_layer(cluster, _reachable(provider), cp, kube, [
             r for r in (store, plat) if r is not None])
         artifacts |= files
     return Blueprint(cluster, fabric_plan, hardware, fabric, kube, plat, store, apps,
@@ -193,6 +201,13 @@ def _planned(fabric_plan: FabricPlan | None) -> FabricPlan:
     if fabric_plan is None:
         raise RuntimeError("this part plans no fabric: a bug in placement.plans_fabric")
     return fabric_plan
+
+
+def _reachable(provider: k8s.Provider | None) -> k8s.Provider:
+    if provider is None:
+        raise RuntimeError("a part that builds the platform or workloads reaches a cluster (its "
+                           "own or its core's): a bug in blueprint.build")
+    return provider
 
 
 def _require(component: Hardware | None, why: str) -> Hardware:
@@ -332,7 +347,7 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
     return kube, artifacts | _upgrade_artifacts(kube_upgrade)
 
 
-def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
+def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: k8s.Provider,
                     cp: ControlPlaneHost, kube: KubeadmCluster | None
                     ) -> tuple[Platform, Storage, dict[str, Any]]:
     """The platform releases and their objects, then the Lustre volumes; and the objects a
@@ -340,29 +355,29 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
     after_kube = [kube] if kube is not None else []
     operator = cluster.platform.training_operator
     vendored = operator.source == "vendored"
-    operator_dir = platform.training_operator_dir(vendored)
+    operator_dir = training_operator.training_operator_dir(vendored)
     with open(Path(__file__).resolve().parent.parent / operator_dir / "kustomization.yaml") as f:
-        platform.check_training_operator_dir(f.read(), operator.version, vendored)
-    queues, policies = platform.queues(cluster), platform.network_policies(cluster)
-    attachments = platform.network_attachments(cluster, platform.training_namespaces(cluster))
+        training_operator.check_training_operator_dir(f.read(), operator.version, vendored)
+    queues, policies = volcano.queues(cluster), network_policies.network_policies(cluster)
+    attachments = rdma.network_attachments(cluster, namespaces.training_namespaces(cluster))
     plat = Platform("platform", PlatformArgs(
         provider=provider,
-        namespaces=platform.namespaces(cluster),
+        namespaces=namespaces.namespaces(cluster),
         network_policies=policies,
-        admission_policies=platform.rdma_pod_policy(cluster),
+        admission_policies=pod_security.rdma_pod_policy(cluster),
         access_bindings=platform.access_bindings(cluster),
         system_budgets=system_spread.coredns_budget(cluster),
         releases=platform.helm_releases(cluster),
         release_objects={
-            "metallb": platform.metallb_objects(cluster),
-            "cert-manager": platform.cert_manager_objects(cluster),
-            "network-operator": [platform.nic_cluster_policy(cluster),
-                                 platform.ip_pool(cluster)],
-            "volcano": queues + platform.hypernodes(fabric_plan),
+            "metallb": ingress.metallb_objects(cluster),
+            "cert-manager": ingress.cert_manager_objects(cluster),
+            "network-operator": [rdma.nic_cluster_policy(cluster),
+                                 rdma.ip_pool(cluster)],
+            "volcano": queues + volcano.hypernodes(fabric_plan),
         },
         network_attachments=attachments,
         training_operator_dir=operator_dir,
-        priority_classes=platform.priority_classes(),
+        priority_classes=namespaces.priority_classes(),
         wait_connection=cp.connection,
     ), pulumi.ResourceOptions(depends_on=after_kube))
     store = Storage("storage", StorageArgs(
@@ -372,7 +387,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: Any,
     return plat, store, site_facts.platform_facts([*queues, *policies, *attachments])
 
 
-def _workload_layer(cluster: Cluster, provider: Any, cp: ControlPlaneHost,
+def _workload_layer(cluster: Cluster, provider: k8s.Provider, cp: ControlPlaneHost,
                     kube: KubeadmCluster | None, ready: list[Any]
                     ) -> tuple[dict[str, Workload], Artifacts]:
     """The acceptance test and its gate first, then training and serving."""

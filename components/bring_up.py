@@ -3,16 +3,38 @@ order `pulumi up` brings the cluster up in (presentation only; nothing is built 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from components.config import Cluster, SubnetManager
+from components.fabric import InfinibandFabric
+from components.gpu_nodes import GpuNode
+from components.hardware import Hardware
+from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import report_lines as fabric_report
+from components.platform import Platform
+from components.storage import Storage
+from components.workloads import Workload
 
-if TYPE_CHECKING:  # the blueprint holds the layer components; this module only reads it
-    from components.blueprint import Blueprint
+
+class Built(Protocol):
+    """What the blueprint built, as far as the bring-up order reads it (the blueprint is one;
+    this module does not import it, so the layers' wiring does not depend on its report)."""
+
+    cluster: Cluster
+    hardware: Hardware | None
+    fabric: InfinibandFabric | None
+    fabric_plan: FabricPlan | None
+    storage_fabric: InfinibandFabric | None
+    storage_fabric_plan: FabricPlan | None
+    platform: Platform | None
+    storage: Storage | None
+    workloads: dict[str, Workload]
+
+    @property
+    def owned_nodes(self) -> tuple[GpuNode, ...]: ...
 
 
-def report_lines(bp: Blueprint) -> list[str]:
+def report_lines(bp: Built) -> list[str]:
     c = bp.cluster
     workers = [n.hostname for n in bp.owned_nodes]
     order = []

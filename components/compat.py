@@ -7,31 +7,15 @@ a new release is one edit.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 
+from components import pack_data
 from components.config import Cluster
 from components.config_types import Problem
 
 DATA_FILE = "policies/gpu_guardrails/compat_data.py"
-
-
-def _pack_data() -> ModuleType:
-    """The pack's release tables, loaded by path: the pack owns them (the CLI runs it from
-    policies/ alone) and never imports the stack; the stack reads the same entries."""
-    path = Path(__file__).resolve().parents[1] / DATA_FILE
-    spec = importlib.util.spec_from_file_location("gpu_guardrails_compat_data", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load the compatibility tables from {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DATA = _pack_data()
+DATA = pack_data.load("compat_data")
 NETWORK_OPERATOR_RELEASES: dict[str, dict] = DATA.NETWORK_OPERATOR_RELEASES
 NETWORK_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.NETWORK_OPERATOR_K8S
 GPU_OPERATOR_K8S: dict[str, tuple[int, int]] = DATA.GPU_OPERATOR_K8S
@@ -56,10 +40,6 @@ def training_operator_pin_fix(version: str) -> str:
 
 def _minor(version: str) -> int:
     return int(version.split(".")[1])
-
-
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.lstrip("v").split("-")[0].split("."))
 
 
 def _kubernetes_range(k8s: str, path: str, name: str, version: str,
@@ -121,7 +101,7 @@ def compatibility_problems(cluster: Cluster) -> Iterator[Problem]:
         "with its Kubernetes range", verb="is tested with")
 
     vol = cluster.platform.volcano.version
-    if _semver(vol) < _semver(VOLCANO_HYPERNODE[0]):
+    if DATA.version_key(vol) < DATA.version_key(VOLCANO_HYPERNODE[0]):
         yield Problem("platform.volcano.version", vol,
                "predates HyperNode network-topology scheduling (Volcano 1.12)",
                "use Volcano 1.12.0 or later (1.15.1 is tested)")

@@ -13,7 +13,7 @@ from components.compat import compatibility_problems
 from components.config import Cluster, StorageServer
 from components.config_types import Problem
 from components.planning import lnet
-from components.planning.platform import PER_NODE_BLOCK
+from components.planning.rdma import PER_NODE_BLOCK
 from components.planning.ssh_keys import key_id
 from components.planning.workloads import mount_root  # where a job mounts a path's volume
 

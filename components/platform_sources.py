@@ -15,12 +15,8 @@ import yaml
 
 from components.config import Cluster
 from components.config_types import Problem
-from components.planning.platform import (
-    VENDORED_TRAINING_OPERATOR,
-    archive_name,
-    chart_paths,
-    helm_releases,
-)
+from components.planning.platform import archive_name, chart_paths, helm_releases
+from components.planning.training_operator import VENDORED_TRAINING_OPERATOR
 
 KEY = "platform.charts"
 

@@ -287,19 +287,20 @@ def cmd_floor(args: argparse.Namespace) -> int:
     return floor_main(args.count, args.collector_of)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
-    sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{preview,site,check-rendered,bench}")
+Subcommands = argparse._SubParsersAction  # what `add_subparsers` returns
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
-        p.add_argument("--project-dir", default=".", help="the Pulumi project (.)")
-        p.add_argument("--timeout", type=float, default=900.0,
-                       help="fail if the program has not finished after this many seconds")
 
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
+    p.add_argument("--project-dir", default=".", help="the Pulumi project (.)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="fail if the program has not finished after this many seconds")
+
+
+def _preview_parser(sub: Subcommands) -> None:
+    """`preview`: one stack."""
     p = sub.add_parser("preview", help="run the program offline, write build/<stack>/, diff")
-    common(p)
+    _common(p)
     p.add_argument("--render", action="store_true",
                    help="rewrite rendered/<stack>/ to match (removing files of gone resources)")
     p.add_argument("--baseline", metavar="STACK",
@@ -321,9 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "change cannot weaken the rules or add the suppressions that judge it")
     p.set_defaults(func=cmd_preview)
 
+
+def _site_parser(sub: Subcommands) -> None:
+    """`site`: a split site's parts; `check-rendered`."""
     p = sub.add_parser("site", help="preview every part of a split site (--stack: its core) "
                        "as one change, with the order to apply them in")
-    common(p)
+    _common(p)
     p.add_argument("--quiet", action="store_true",
                    help="each part's verdict (its output only when it fails) and the order")
     p.add_argument("--apply", action="store_true",
@@ -335,9 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_site)
 
     p = sub.add_parser("check-rendered", help="exit 1 when rendered/<stack>/ is stale")
-    common(p)
+    _common(p)
     p.set_defaults(func=cmd_check_rendered)
 
+
+def _bench_parser(sub: Subcommands) -> None:
+    """`bench` and its child, `floor`."""
     p = sub.add_parser("bench", help="time previews of 8…2048 GPU node slots against the SDK floor")
     p.add_argument("--project-dir", default=".")
     p.add_argument("--stack", default="prod", help="stack file to scale (prod)")
@@ -381,6 +388,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collector-of", metavar="PROJECT_DIR",
                    help="apply that project's garbage-collector settings, as its program does")
     p.set_defaults(func=cmd_floor)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{preview,site,check-rendered,bench}")
+
+    for add in (_preview_parser, _site_parser, _bench_parser):
+        add(sub)
     return ap
 
 

@@ -20,7 +20,7 @@ from support.project import prod_raw
 
 from components.config import Cluster
 from components.config_types import ConfigError
-from components.planning import kubeadm, placement, platform
+from components.planning import kubeadm, placement, volcano
 from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def assert_labels_agree(c: Cluster, hns: list[dict]) -> None:
 
 def test_prod_is_one_su_under_the_spines():
     c = prod()
-    hns = platform.hypernodes(placement.plan(c))
+    hns = volcano.hypernodes(placement.plan(c))
     assert [(h["metadata"]["name"], h["spec"]["tier"], h["spec"]["tierName"]) for h in hns] == [
         ("su1", 1, "su"), ("spine", 2, "spine")]
     su1, spine = hns
@@ -116,7 +116,7 @@ def test_a_full_su_is_31_nodes_and_the_sm_slot_on_eight_rail_leaves():
     with pytest.raises(ConfigError, match="fills all 32 slots"):
         validate_cluster(raw_of([(1, SLOTS)]), REPO)
     c = cluster_of([1])
-    hns = by_name(platform.hypernodes(placement.plan(c)))
+    hns = by_name(volcano.hypernodes(placement.plan(c)))
     assert set(hns) == {"su1", "spine"}
     assert len(members(hns["su1"], "Node")) == SLOTS - 1
     # One leaf per rail in a full SU: rail r of all 31 nodes (and slot 31) on leaf r.
@@ -127,7 +127,7 @@ def test_a_full_su_is_31_nodes_and_the_sm_slot_on_eight_rail_leaves():
 
 def test_three_sus_share_one_spine_layer():
     c = cluster_of([1, 2, 3])
-    hns = platform.hypernodes(placement.plan(c))
+    hns = volcano.hypernodes(placement.plan(c))
     names = by_name(hns)
     assert [h["metadata"]["name"] for h in hns] == ["su1", "su2", "su3", "spine"]
     for su, count in ((1, 31), (2, 32), (3, 32)):  # SU 1 keeps the SM slot
@@ -147,7 +147,7 @@ def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
     c = cluster_of(list(range(1, 10)))
     plan = placement.plan(c)
     assert plan.tiers == 3
-    hns = platform.hypernodes(plan)
+    hns = volcano.hypernodes(plan)
     tiers = {h["metadata"]["name"]: h["spec"]["tier"] for h in hns}
     assert sorted(n for n, t in tiers.items() if t == 1) == sorted(f"su{i}" for i in range(1, 10))
     pods = [h for h in hns if h["spec"]["tier"] == 2]
@@ -161,9 +161,9 @@ def test_beyond_2048_hca_ports_a_core_tier_tops_the_pods():
 
 def test_adding_a_node_changes_only_its_su_hypernode():
     """The preview diff of a new node shows up in its own SU's HyperNode and nowhere else."""
-    before = by_name(platform.hypernodes(placement.plan(cluster_of([1, 2], per_su=31))))
+    before = by_name(volcano.hypernodes(placement.plan(cluster_of([1, 2], per_su=31))))
     # SU 2 fills its last slot (SU 1 keeps the SM slot).
-    after = by_name(platform.hypernodes(placement.plan(
+    after = by_name(volcano.hypernodes(placement.plan(
         validate_cluster(raw_of([(1, 31), (2, 32)]), REPO))))
     assert {n for n in before if before[n] != after[n]} == {"su2"}
     assert members(after["su2"], "Node")[-1] == "su2-node-31"
@@ -171,7 +171,7 @@ def test_adding_a_node_changes_only_its_su_hypernode():
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (upstream CRDs) is not present")
 def test_generated_hypernodes_pass_the_upstream_crd(tmp_path):
-    objs = platform.hypernodes(placement.plan(cluster_of(list(range(1, 10)))))
+    objs = volcano.hypernodes(placement.plan(cluster_of(list(range(1, 10)))))
     path = tmp_path / "hypernodes.yaml"
     path.write_text(yaml.safe_dump_all(objs))
     out = subprocess.run([sys.executable, str(SHARED / "tools" / "validate_manifests.py"),

@@ -19,6 +19,7 @@ from components.planning import (
     acceptance,
     inference,
     kubeadm,
+    namespaces,
     nodes,
     platform,
     release_placement,
@@ -26,6 +27,7 @@ from components.planning import (
     training,
     workloads,
 )
+from components.planning.labels import GPU_NODE_TERM
 from components.planning.scheduling import fits, homes, tolerates
 from components.stack_config import validate_cluster
 
@@ -138,17 +140,17 @@ def test_every_gpu_pod_names_a_priority_class_the_stack_creates() -> None:
     A pod naming a class that does not exist is refused at admission (the twin checks that
     with the real API server)."""
     c = prod()
-    classes = {pc["metadata"]["name"]: pc for pc in platform.priority_classes()}
+    classes = {pc["metadata"]["name"]: pc for pc in namespaces.priority_classes()}
     trainers = [o for j in c.workloads.training for o in training.training_objects(c, j)]
     trainers.append(acceptance.nccl_test_mpijob(c, c.workloads.nccl_test))
     servers = [o for s in c.workloads.inference for o in inference.inference_objects(c, s)]
-    for objs, name in ((trainers, platform.TRAINING_PRIORITY),
-                       (servers, platform.INFERENCE_PRIORITY)):
+    for objs, name in ((trainers, namespaces.TRAINING_PRIORITY),
+                       (servers, namespaces.INFERENCE_PRIORITY)):
         specs = [s for o in objs for s in _pod_specs(o)]  # MPI launchers are gang members too
         assert specs and all(s["priorityClassName"] == name for s in specs)
-    assert classes[platform.INFERENCE_PRIORITY]["value"] > classes[platform.TRAINING_PRIORITY][
+    assert classes[namespaces.INFERENCE_PRIORITY]["value"] > classes[namespaces.TRAINING_PRIORITY][
         "value"]
-    assert classes[platform.TRAINING_PRIORITY]["preemptionPolicy"] == "Never"
+    assert classes[namespaces.TRAINING_PRIORITY]["preemptionPolicy"] == "Never"
 
 
 # Components whose chart has no priority key at the pinned version (Network Operator 26.4.1's
@@ -207,6 +209,6 @@ def test_placement_labels_are_ones_no_kubelet_can_set() -> None:
         labels = kubeadm.node_labels(prod(), node, {0: "leaf-su1-r0-1"})
         steering = {k for k in labels if k != "nvidia.com/gpu.product"}
         assert steering and all(k.startswith("node-restriction.kubernetes.io/") for k in steering)
-    selectors = [t["key"] for t in platform.GPU_NODE_TERM["matchExpressions"]]
+    selectors = [t["key"] for t in GPU_NODE_TERM["matchExpressions"]]
     assert selectors == ["node-restriction.kubernetes.io/gpucluster-role"]
     assert workloads.su_label_key(prod()) == "node-restriction.kubernetes.io/gpucluster-su"

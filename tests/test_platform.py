@@ -26,7 +26,7 @@ from support.sandbox import DGX_H100_RAIL_NETDEVS
 from components.compat import TRAINING_OPERATOR_COMMITS
 from components.config import Cluster
 from components.config_types import ConfigError
-from components.planning import platform
+from components.planning import platform, rdma, training_operator
 from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -251,7 +251,7 @@ def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
     config = json.loads(spec["rdmaSharedDevicePlugin"]["config"])["configList"]
     assert len(config) == 1
     resource = f"{config[0]['resourcePrefix']}/{config[0]['resourceName']}"
-    assert resource == "rdma/ib" == platform.rdma_resource(c)
+    assert resource == "rdma/ib" == rdma.rdma_resource(c)
     # The compute HCAs of the 8 rails, by the names DGX OS gives them, and only those.
     assert config[0]["selectors"]["ifNames"] == list(DGX_H100_RAIL_NETDEVS)
     assert config[0]["selectors"]["linkTypes"] == ["infiniband"]
@@ -280,7 +280,7 @@ def test_rdma_resource_attachment_ipam_and_nccl_agree(build):
             nets = tmpl["metadata"].get("annotations", {}).get("k8s.v1.cni.cncf.io/networks")
             if nets is None:
                 continue
-            assert nets == platform.RDMA_NETWORK and job["metadata"]["namespace"] in nads
+            assert nets == rdma.RDMA_NETWORK and job["metadata"]["namespace"] in nads
             (ctr,) = [x for x in tmpl["spec"]["containers"]
                       if resource in x["resources"].get("limits", {})]
             env = {e["name"]: e.get("value") for e in ctr["env"]}
@@ -301,7 +301,7 @@ def test_network_operator_images_are_the_releases_own(build):
     nop = c.platform.network_operator.model_copy(update={"ofed": "operator"})
     c = c.model_copy(update={"platform": c.platform.model_copy(
         update={"network_operator": nop})})
-    spec = platform.nic_cluster_policy(c)["spec"]
+    spec = rdma.nic_cluster_policy(c)["spec"]
     parts = [spec["rdmaSharedDevicePlugin"], spec["nvIpam"], *spec["secondaryNetwork"].values()]
     assert {p["version"] for p in parts} == {tag}
     assert {p["repository"] for p in parts} == {"nvcr.io/nvidia/mellanox"}
@@ -326,7 +326,7 @@ def test_ip_pool_must_hold_a_block_per_node(raw):
     small = cluster.model_copy(update={"network": cluster.network.model_copy(
         update={"rdma_cidr": ipaddress.ip_network("192.168.0.0/26")})})
     with pytest.raises(ValueError, match=r"network.rdmaCidr: 192.168.0.0/26 .* 8 GPU nodes"):
-        platform.ip_pool(small)
+        rdma.ip_pool(small)
 
 
 # ---------------------------------------------------------------- namespaces, ingress, metrics
@@ -446,9 +446,9 @@ def test_volcano_schedules_by_hypernode():
 
 def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     c = prod()
-    path = REPO / platform.TRAINING_OPERATOR_DIR / "kustomization.yaml"
+    path = REPO / training_operator.TRAINING_OPERATOR_DIR / "kustomization.yaml"
     text = path.read_text()
-    platform.check_training_operator_dir(text, c.platform.training_operator.version)
+    training_operator.check_training_operator_dir(text, c.platform.training_operator.version)
     doc = yaml.safe_load(text)
     # Fetched by the commit the v1.9.4 tag points to, never by the tag (which can be moved):
     # https://proxy.golang.org/github.com/kubeflow/training-operator/@v/v1.9.4.info reports
@@ -476,18 +476,20 @@ def test_training_operator_is_pinned_and_gang_schedules_through_volcano(build):
     assert secret["target"]["name"] == "training-operator-webhook-cert"
     assert yaml.safe_load(secret["patch"]) == [{"op": "remove", "path": "/data"}]
     with pytest.raises(ValueError, match="v1.9.3"):
-        platform.check_training_operator_dir(text, "v1.9.3")
+        training_operator.check_training_operator_dir(text, "v1.9.3")
     # The vendored variant: the same patches over the release's manifests in the project.
-    vendored = (REPO / platform.TRAINING_OPERATOR_VENDORED_DIR / "kustomization.yaml").read_text()
-    platform.check_training_operator_dir(vendored, "v1.9.4", vendored=True)
+    vendored = (REPO / training_operator.TRAINING_OPERATOR_VENDORED_DIR
+                / "kustomization.yaml").read_text()
+    training_operator.check_training_operator_dir(vendored, "v1.9.4", vendored=True)
     assert yaml.safe_load(vendored)["patches"] == doc["patches"]
     assert yaml.safe_load(vendored)["resources"] == [
         "../../vendor/training-operator/manifests/overlays/standalone"]
     # A release without its commit is refused with the fix, never rendered as a tag ref.
     with pytest.raises(ValueError, match=r"v1\.9\.5 .*add \"v1\.9\.5\".*TRAINING_OPERATOR_COMMITS"):
-        platform.training_operator_kustomization("v1.9.5")
+        training_operator.training_operator_kustomization("v1.9.5")
     plan = {r["name"]: r for r in json.loads((build / "plan.json").read_text())["resources"]}
-    assert plan["training-operator"]["inputs"]["directory"] == platform.TRAINING_OPERATOR_DIR
+    assert plan["training-operator"]["inputs"]["directory"] \
+        == training_operator.TRAINING_OPERATOR_DIR
     # The jobs ask for Volcano, so the operator's PodGroup is what admits them.
     for job in of_kind(build, "PyTorchJob"):
         for rs in job["spec"]["pytorchReplicaSpecs"].values():
@@ -534,7 +536,7 @@ def test_every_accepted_network_operator_release_renders() -> None:
         raw["platform"]["networkOperator"]["version"] = release
         raw["platform"]["gpuOperator"]["gpudirectRdma"] = False  # 26.4.0 x v26.3.2: no RDMA
         raw["workloads"]["ncclTest"]["gate"] = False
-        spec = platform.nic_cluster_policy(validate_cluster(raw, REPO))["spec"]
+        spec = rdma.nic_cluster_policy(validate_cluster(raw, REPO))["spec"]
         assert spec["rdmaSharedDevicePlugin"]["version"] == f"network-operator-v{release}"
 
 

@@ -15,7 +15,7 @@ import yaml
 from support.sandbox import prod_cluster
 from support.twin import BINS
 
-from components.planning import kubeadm, platform
+from components.planning import kubeadm, namespaces, pod_security
 from twin import checks
 from twin.controlplane import ControlPlane
 
@@ -33,7 +33,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     config.write_text(kubeadm.admission_configuration_yaml(CLUSTER))
     with ControlPlane(BINS[-1], work / "cp", admission_config=config) as cp:
         cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(
-            [*platform.namespaces(CLUSTER), *platform.rdma_pod_policy(CLUSTER)]))
+            [*namespaces.namespaces(CLUSTER), *pod_security.rdma_pod_policy(CLUSTER)]))
         namespace = CLUSTER.platform.gpu_operator.namespace
         cp.kubectl("create", "namespace", namespace, check=False)
         lines: list[str] = []
@@ -74,10 +74,10 @@ def test_what_rdma_training_needs_is_admitted(seen: dict[str, str]) -> None:
 def test_every_baseline_check_of_the_pod_security_admission_is_in_the_policy() -> None:
     """Each baseline check of pod-security-admission (its check IDs) has its rule here."""
     messages = " ".join(v["message"] for v in
-                        platform.rdma_pod_policy(CLUSTER)[0]["spec"]["validations"])
+                        pod_security.rdma_pod_policy(CLUSTER)[0]["spec"]["validations"])
     for word in ("host namespaces", "privileged", "capabilities", "hostPath", "host ports",
                  "seccomp", "procMount", "sysctls", "AppArmor", "SELinux", "hostProcess",
                  "probes and lifecycle handlers"):
         assert word in messages, word
-    rules = platform.rdma_pod_policy(CLUSTER)[0]["spec"]["matchConstraints"]["resourceRules"]
+    rules = pod_security.rdma_pod_policy(CLUSTER)[0]["spec"]["matchConstraints"]["resourceRules"]
     assert rules[0]["resources"] == ["pods", "pods/ephemeralcontainers"]

@@ -16,7 +16,7 @@ from support.project import prod_raw
 
 from components.config import Cluster
 from components.config_types import CLUSTER_KEY, ConfigError
-from components.planning import host_scripts, platform, storage
+from components.planning import host_scripts, labels, namespaces, storage
 from components.stack_config import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def test_csi_driver_runs_where_the_gpu_pods_mount_lustre():
                                    "fsGroupPolicy": "None",
                                    "volumeLifecycleModes": ["Persistent"]}
     pod = ds["spec"]["template"]["spec"]
-    assert platform.gpu_toleration() in pod["tolerations"]  # GPU nodes are tainted
+    assert labels.gpu_toleration() in pod["tolerations"]  # GPU nodes are tainted
     assert pod["nodeSelector"] == {"node-restriction.kubernetes.io/gpucluster-role": "gpu-worker"}
     images = [x["image"] for x in pod["containers"] + pod["initContainers"]]
     assert images[0] == "ghcr.io/hewlettpackard/lustre-csi-driver:0.1.5"
@@ -121,7 +121,7 @@ def test_scratch_is_the_nvme_array_the_host_prepares():
     assert 'SCRATCH_MOUNT="/raid"' in script and "--level=0" in script
     # hostPath is only admitted where Pod Security allows it: the training namespaces.
     levels = {n["metadata"]["name"]: n["metadata"]["labels"][
-        "pod-security.kubernetes.io/enforce"] for n in platform.namespaces(c)}
+        "pod-security.kubernetes.io/enforce"] for n in namespaces.namespaces(c)}
     assert levels["training"] == "privileged" and levels["inference"] == "baseline"
 
 

@@ -22,9 +22,11 @@ from components.planning import (
     acceptance,
     inference,
     kubeadm,
+    network_policies,
     placement,
-    platform,
+    rdma,
     training,
+    volcano,
     workloads,
 )
 from components.stack_config import validate_cluster
@@ -93,7 +95,7 @@ def test_nccl_env_for_prod_and_for_other_hca_names(other_hcas):
                 env = env_of(t["spec"]["containers"][0])
                 assert env["NCCL_IB_HCA"] == "=" + ",".join(f"{h}:1" for h in hcas)
                 # The bootstrap interface is the one the RDMA attachment creates in the pod.
-                assert env["NCCL_SOCKET_IFNAME"] == "=net1" == "=" + platform.POD_RDMA_INTERFACE
+                assert env["NCCL_SOCKET_IFNAME"] == "=net1" == "=" + rdma.POD_RDMA_INTERFACE
                 assert env["NCCL_IB_DISABLE"] == "0"
                 assert not any(k.startswith(("NCCL_IB_GID", "NCCL_IB_TC", "NCCL_IB_SL"))
                                for k in env), "RoCE-only knobs on native InfiniBand"
@@ -112,14 +114,14 @@ def test_rdma_resource_and_attachment_match_the_platform(other_hcas):
     for cluster, _ in clusters(other_hcas):
         for obj in rdma_objects(cluster):
             ns = obj["metadata"]["namespace"]
-            (nad,) = platform.network_attachments(cluster, [ns])
+            (nad,) = rdma.network_attachments(cluster, [ns])
             for t in gpu_templates(obj):
                 assert t["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] \
                     == nad["metadata"]["name"] == "ib-rail0"
                 res = t["spec"]["containers"][0]["resources"]
                 assert res["limits"]["rdma/ib"] == res["requests"]["rdma/ib"] == "1"
                 assert nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] \
-                    == "rdma/ib" == platform.rdma_resource(cluster)
+                    == "rdma/ib" == rdma.rdma_resource(cluster)
 
 
 def test_whole_node_pods_on_tainted_gpu_nodes():
@@ -162,7 +164,7 @@ def test_checkpoints_read_write_dataset_read_only():
 
 def test_gang_min_members_equal_replicas_in_their_queues():
     c = prod()
-    queues = {q["metadata"]["name"] for q in platform.queues(c)}
+    queues = {q["metadata"]["name"] for q in volcano.queues(c)}
     for obj in rdma_objects(c):
         replicas = obj["spec"].get("pytorchReplicaSpecs") or obj["spec"]["mpiReplicaSpecs"]
         total = sum(r["replicas"] for r in replicas.values())
@@ -208,7 +210,7 @@ def test_topology_constraint_is_the_tier1_hypernode():
     c = prod()
     plan = placement.plan(c)
     tier1 = {}
-    for hn in platform.hypernodes(plan):
+    for hn in volcano.hypernodes(plan):
         if hn["spec"]["tier"] == 1:
             for m in hn["spec"]["members"]:
                 tier1[m["selector"]["exactMatch"]["name"]] = hn["metadata"]["name"]
@@ -398,7 +400,7 @@ def test_only_the_ingress_controller_and_prometheus_reach_the_server():
     assert rule["ports"] == [{"protocol": "TCP", "port": "http"}]
     # Behind it, each workload namespace denies by default; training pods reach each other.
     policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"]
-                for p in platform.network_policies(c)}
+                for p in network_policies.network_policies(c)}
     for ns in ("training", "inference"):
         assert policies[ns, "default-deny-ingress"] == {"podSelector": {},
                                                         "policyTypes": ["Ingress"]}
@@ -414,7 +416,7 @@ def test_hpa_scales_2_to_3_on_a_metric_prometheus_scrapes():
     name = metric["pods"]["metric"]["name"]
     assert name == "vllm_num_requests_waiting"
     # The adapter exposes it under that name from vLLM's series vllm:num_requests_waiting.
-    rules = platform.adapter_rules(prod())
+    rules = rdma.adapter_rules(prod())
     rule = next(r for r in rules if r["name"]["as"] == name)
     assert "vllm:num_requests_waiting" in rule["seriesQuery"]
     # The PodMonitor selects the Deployment's pods on a port the container declares.

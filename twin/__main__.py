@@ -26,13 +26,13 @@ from typing import NoReturn
 
 from components.config import Cluster
 from components.planning.acceptance import gpu_node_sus
-from components.planning.nodes import planned_nodes
-from components.planning.platform import (
+from components.planning.namespaces import (
     inference_namespaces,
     priority_classes,
     training_namespaces,
-    training_operator_kustomization,
 )
+from components.planning.nodes import planned_nodes
+from components.planning.training_operator import training_operator_kustomization
 from components.planning.workloads import largest_su, su_label_key
 from components.stack_config import validate_cluster
 from offline.stackconfig import load_stack_config
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _run(argv: list[str] | None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m twin", description=__doc__.splitlines()[0])
     ap.add_argument("--stack", default="prod")
     ap.add_argument("--bin", type=Path, help="directory with the built binaries "
@@ -94,34 +94,37 @@ def _run(argv: list[str] | None) -> int:
                     "is instead of rendering the stack first")
     ap.add_argument("--gate-timeout", type=float, default=180,
                     help="seconds to wait for each acceptance job (default 180)")
-    args = ap.parse_args(argv)
-    # What an earlier run left must not pass for this run's outputs if this one stops early.
-    shutil.rmtree(args.out, ignore_errors=True)
-    bin_dir = args.bin
-    if bin_dir is None:
-        built = subprocess.run(["bash", str(REPO / "tools/k8s/build.sh")], capture_output=True,
-                               text=True)
-        if built.returncode != 0:
-            print(built.stderr[-3000:], file=sys.stderr)
-            print("twin: the control plane could not be built (see above)", file=sys.stderr)
-            return 2
-        bin_dir = Path(built.stdout.strip().splitlines()[-1])
-    rendering = args.rendering or REPO / "build" / args.stack
-    if args.rendering is None:
-        preview = subprocess.run([sys.executable, "-m", "offline", "preview", "--stack",
-                                  args.stack, "--quiet"], cwd=REPO, capture_output=True,
-                                 text=True)
-        if preview.returncode not in (0, 3):
-            print(preview.stdout + preview.stderr, file=sys.stderr)
-            return 2
+    return ap
 
-    raw = json.loads(load_stack_config(REPO, args.stack).config["gpu-cluster:cluster"])
-    cluster = validate_cluster(raw, REPO)
+
+def _binaries() -> Path | None:
+    """The control plane's binaries, built (or found built) by tools/k8s/build.sh."""
+    built = subprocess.run(["bash", str(REPO / "tools/k8s/build.sh")], capture_output=True,
+                           text=True)
+    if built.returncode != 0:
+        print(built.stderr[-3000:], file=sys.stderr)
+        print("twin: the control plane could not be built (see above)", file=sys.stderr)
+        return None
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+def _rendered(stack: str) -> bool:
+    """Render the stack's build/<stack>/ (a mandatory finding still renders it)."""
+    preview = subprocess.run([sys.executable, "-m", "offline", "preview", "--stack", stack,
+                              "--quiet"], cwd=REPO, capture_output=True, text=True)
+    if preview.returncode not in (0, 3):
+        print(preview.stdout + preview.stderr, file=sys.stderr)
+        return False
+    return True
+
+
+def _built_for(bin_dir: Path, cluster: Cluster) -> dict[str, str] | None:
+    """The versions the binaries were built for, when they are the ones the stack pins."""
     if not (bin_dir / "versions.json").is_file():
         print(f"twin: {bin_dir} holds no versions.json: not a directory tools/k8s/build.sh made",
               file=sys.stderr)
-        return 2
-    built = json.loads((bin_dir / "versions.json").read_text())
+        return None
+    built: dict[str, str] = json.loads((bin_dir / "versions.json").read_text())
     pins = {"volcano": f"v{cluster.platform.volcano.version.lstrip('v')}",
             "trainingOperator": cluster.platform.training_operator.version,
             "kubernetes": f"v{cluster.kubernetes.version.lstrip('v')}"}
@@ -129,13 +132,23 @@ def _run(argv: list[str] | None) -> int:
     if wrong:
         print(f"twin: {bin_dir} was built for other versions than the stack pins "
               f"(pinned, built): {wrong}; rebuild with tools/k8s/build.sh", file=sys.stderr)
+        return None
+    return built
+
+
+def _run(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    # What an earlier run left must not pass for this run's outputs if this one stops early.
+    shutil.rmtree(args.out, ignore_errors=True)
+    bin_dir = args.bin or _binaries()
+    if bin_dir is None or (args.rendering is None and not _rendered(args.stack)):
         return 2
-    manifests, releases = load_rendering(rendering)
-    plan_gates = gates(json.loads((rendering / "plan.json").read_text()))
-    after_gates = set().union(*(g.after for g in plan_gates))
-    # The control plane's keys, certificates and etcd data stay in a scratch directory, never
-    # under build/; only the components' logs are kept.
-    work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
+    rendering = args.rendering or REPO / "build" / args.stack
+    raw = json.loads(load_stack_config(REPO, args.stack).config["gpu-cluster:cluster"])
+    cluster = validate_cluster(raw, REPO)
+    built = _built_for(bin_dir, cluster)
+    if built is None:
+        return 2
     report = TwinReport(stand_ins=[
         "every host: a KWOK node with the planned labels, taints and allocatable resources",
         "Volcano and the Training Operator: processes on this machine, their webhooks "
@@ -144,45 +157,11 @@ def _run(argv: list[str] | None) -> int:
         "every acceptance gate: the twin runs its job on the nodes the gate chooses and "
         "waits for it; the launcher's mpirun is a KWOK stage that exits 0 after 5 s (no NCCL "
         "output to check)"])
+    # The control plane's keys, certificates and etcd data stay in a scratch directory, never
+    # under build/; only the components' logs are kept.
+    work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
     try:
-        modules = {m: module_dir(m, v, work) for m, v in (
-            ("volcano.sh/volcano", built["volcano"]),
-            ("github.com/kubeflow/training-operator", built["trainingOperator"]),
-            ("sigs.k8s.io/kwok", built["kwok"]))}
-        admission = rendering / "kubernetes/admission-config.yaml"
-        authentication = rendering / "kubernetes/authentication-config.yaml"
-        with one_twin_at_a_time(), ControlPlane(
-                bin_dir, work, str(cluster.kubernetes.service_cidr),
-                kwok_stages(modules["sigs.k8s.io/kwok"]),
-                admission if admission.is_file() else None,
-                authentication if authentication.is_file() else None) as cp:
-            address = host_address()
-            nodes = planned_nodes(cluster)
-            prepare(cp, args.shared, manifests, releases, nodes)
-            install_coredns(cp, nodes, str(cluster.kubernetes.service_cidr), report)
-            start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
-            operator = training_operator_objects(
-                cp, training_operator_kustomization(cluster.platform.training_operator.version),
-                modules["github.com/kubeflow/training-operator"], work)
-            apply_manifests(cp, operator, report)
-            start_training_operator(cp, operator, address)
-            apply_manifests(cp, [m for m in manifests if object_key(m) not in after_gates],
-                            report)
-            apply_probes(cp, releases, report)
-            register_csi_drivers(cp, manifests)
-            runs = []
-            sus = gpu_node_sus(cluster)
-            for g in plan_gates:
-                report.gates[g.name], run = play_gate(cp, g, sus, args.gate_timeout)
-                runs.append(run)
-            # `pulumi up` stops at a failed gate: what waits for it is never created.
-            if all("Succeeded" in state for state in report.gates.values()):
-                apply_manifests(cp, [m for m in manifests if object_key(m) in after_gates],
-                                report)
-            state = snapshot(cp, settle(cp, report))
-            write_state(args.out, state, report)
-            verify(cluster, state, runs, report)
-            live_checks(cp, cluster, state, manifests, releases, report)
+        _play(args, cluster, bin_dir, built, rendering, work, report)
     finally:
         logs = args.out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -194,6 +173,51 @@ def _run(argv: list[str] | None) -> int:
         print(line)
     print(f"Wrote {args.out}/")
     return 0 if report.ok else 1
+
+
+def _play(args: argparse.Namespace, cluster: Cluster, bin_dir: Path, built: dict[str, str],
+          rendering: Path, work: Path, report: TwinReport) -> None:
+    """Bring up the control plane and the platform, apply the rendering as `pulumi up` would
+    (the gates' jobs run, what waits for a gate only once it passed), then check what runs."""
+    manifests, releases = load_rendering(rendering)
+    plan_gates = gates(json.loads((rendering / "plan.json").read_text()))
+    after_gates = set().union(*(g.after for g in plan_gates))
+    modules = {m: module_dir(m, v, work) for m, v in (
+        ("volcano.sh/volcano", built["volcano"]),
+        ("github.com/kubeflow/training-operator", built["trainingOperator"]),
+        ("sigs.k8s.io/kwok", built["kwok"]))}
+    admission = rendering / "kubernetes/admission-config.yaml"
+    authentication = rendering / "kubernetes/authentication-config.yaml"
+    with one_twin_at_a_time(), ControlPlane(
+            bin_dir, work, str(cluster.kubernetes.service_cidr),
+            kwok_stages(modules["sigs.k8s.io/kwok"]),
+            admission if admission.is_file() else None,
+            authentication if authentication.is_file() else None) as cp:
+        address = host_address()
+        nodes = planned_nodes(cluster)
+        prepare(cp, args.shared, manifests, releases, nodes)
+        install_coredns(cp, nodes, str(cluster.kubernetes.service_cidr), report)
+        start_volcano(cp, modules["volcano.sh/volcano"], scheduler_conf(releases), address)
+        operator = training_operator_objects(
+            cp, training_operator_kustomization(cluster.platform.training_operator.version),
+            modules["github.com/kubeflow/training-operator"], work)
+        apply_manifests(cp, operator, report)
+        start_training_operator(cp, operator, address)
+        apply_manifests(cp, [m for m in manifests if object_key(m) not in after_gates], report)
+        apply_probes(cp, releases, report)
+        register_csi_drivers(cp, manifests)
+        runs = []
+        sus = gpu_node_sus(cluster)
+        for g in plan_gates:
+            report.gates[g.name], run = play_gate(cp, g, sus, args.gate_timeout)
+            runs.append(run)
+        # `pulumi up` stops at a failed gate: what waits for it is never created.
+        if all("Succeeded" in state for state in report.gates.values()):
+            apply_manifests(cp, [m for m in manifests if object_key(m) in after_gates], report)
+        state = snapshot(cp, settle(cp, report))
+        write_state(args.out, state, report)
+        verify(cluster, state, runs, report)
+        live_checks(cp, cluster, state, manifests, releases, report)
 
 
 def scheduler_conf(releases: list[dict]) -> str:

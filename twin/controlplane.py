@@ -166,6 +166,13 @@ class ControlPlane:
         self._on_stop.append(fn)
 
     def start(self) -> None:
+        key = self._credentials()
+        self._start_api_server(key)
+        self._start_controllers(key)
+        self.wait_for_service_account("default")
+
+    def _credentials(self) -> Path:
+        """A fresh service-account key pair, cluster CA and token file; the private key."""
         w = self.work
         w.mkdir(parents=True, exist_ok=True)
         for d in ("etcd", "certs"):
@@ -184,6 +191,11 @@ class ControlPlane:
         (w / "tokens.csv").write_text("".join(
             f"{line}\n" for line in (f"{TOKEN},twin-admin,twin-admin,system:masters",
                                      *self.tokens)))
+        return key
+
+    def _start_api_server(self, key: Path) -> None:
+        """etcd, then kube-apiserver on it, and the admin kubeconfig once it is ready."""
+        w = self.work
         # etcd binds its peer port before its client port: once the client port answers,
         # both were free.
         etcd_port, _peer = self.spawn_listening("etcd", lambda client, peer: [
@@ -224,6 +236,10 @@ class ControlPlane:
             "contexts": [{"name": "twin", "context": {"cluster": "twin", "user": "admin"}}],
         }))
         self.wait_ready()
+
+    def _start_controllers(self, key: Path) -> None:
+        """kube-controller-manager, kube-scheduler and KWOK, the nodes' stand-in."""
+        w = self.work
         # --secure-port=0: the controller manager's and the scheduler's health and metrics
         # endpoints are not used here, and a port not asked for cannot be taken.
         self.spawn("kube-controller-manager", [
@@ -249,7 +265,6 @@ class ControlPlane:
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
             *([f"--cidr={self.pod_cidr}"] if self.pod_cidr else [])])
-        self.wait_for_service_account("default")
 
     def stop(self) -> None:
         for fn in self._on_stop:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from textwrap import dedent
 
 from components.config import Cluster, InferenceService
-from components.planning import platform
+from components.planning import namespaces
+from components.planning.labels import gpu_toleration
 from components.planning.storage import claim_name
 from components.planning.workloads import (
     VOLCANO,
@@ -148,9 +149,9 @@ def _pod_spec(cluster: Cluster, svc: InferenceService, labels: dict[str, str]) -
     """On a GPU node through Volcano, one replica per node."""
     return {
         "schedulerName": VOLCANO,  # one scheduler for every GPU pod; the inference queue
-        "priorityClassName": platform.INFERENCE_PRIORITY,
+        "priorityClassName": namespaces.INFERENCE_PRIORITY,
         "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
-        "tolerations": [platform.gpu_toleration()],
+        "tolerations": [gpu_toleration()],
         "securityContext": {"runAsNonRoot": True, "runAsUser": VLLM_UID,
                             "runAsGroup": VLLM_UID, "fsGroup": VLLM_UID,
                             "seccompProfile": {"type": "RuntimeDefault"}},

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from components.config import Cluster
-from components.planning import kubeadm, placement, platform
+from components.planning import kubeadm, placement, rdma
 from components.planning.labels import CONTROL_PLANE_LABEL, CONTROL_PLANE_TAINT, GPU_TAINT
 
 # Memory of one H100 SXM 80GB as GPU Feature Discovery reports it (MiB).
@@ -71,6 +71,6 @@ def planned_nodes(cluster: Cluster) -> list[PlannedNode]:
             {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": GPU_NODE_EPHEMERAL,
              "nvidia.com/gpu": str(n.gpu.count),
              # The RDMA shared device plugin: rdmaHcaMax pods may share the node's HCAs.
-             platform.rdma_resource(cluster): str(platform.RDMA_HCA_MAX)},
+             rdma.rdma_resource(cluster): str(rdma.RDMA_HCA_MAX)},
             dict(kubeadm.REGISTERED_LABELS) if cluster.acceptance_gated else {}))
     return nodes

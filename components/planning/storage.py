@@ -7,7 +7,7 @@ dataset or a checkpoint. The component layer adds Pulumi `protect` to checkpoint
 from __future__ import annotations
 
 from components.config import Cluster, LustreCsi, LustreFilesystem
-from components.planning.labels import GPU_TAINT, LABEL_PREFIX, ROLE_LABEL
+from components.planning.labels import GPU_TAINT, LABEL_PREFIX, PURPOSE_LABEL, ROLE_LABEL
 
 CSI_DRIVER = "lustre-csi.hpe.com"
 STORAGE_CLASS = "lustre-static"  # no provisioner: binds only the PVs rendered here
@@ -43,7 +43,7 @@ def volumes(cluster: Cluster) -> list[tuple[LustreFilesystem, dict, dict]]:
             pv = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": pv_name, "labels": {"gpucluster.io/purpose": fs.purpose}},
+                "metadata": {"name": pv_name, "labels": {PURPOSE_LABEL: fs.purpose}},
                 "spec": {
                     "capacity": {"storage": fs.capacity},
                     "volumeMode": "Filesystem",

@@ -20,12 +20,12 @@ import shlex
 from typing import Any
 
 from components.config import Cluster
-from components.planning import labels, platform
+from components.planning import labels, namespaces, rdma
 
 EXCEPTIONS_ANNOTATION = "gpucluster.io/pod-security-exceptions"
 # A policy rule set aside for one object, with the reason, on the object itself: every stack
-# gets it, and the preview lists it as suppressed (the pack's SUPPRESS_ANNOTATION).
-POLICY_SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
+# gets it, and the preview lists it as suppressed.
+POLICY_SUPPRESS_ANNOTATION = labels.POLICY_SUPPRESS_ANNOTATION
 RDMA_EXCEPTIONS = {
     "capabilities.add=IPC_LOCK": "RDMA registers (pins) GPU and host memory for the HCAs' DMA; "
                                  "without IPC_LOCK ibv_reg_mr fails and NCCL falls back to "
@@ -61,7 +61,7 @@ def nccl_env(cluster: Cluster, debug: str | None = None) -> list[dict[str, str]]
     env = {
         "NCCL_IB_DISABLE": "0",
         "NCCL_IB_HCA": hcas,
-        "NCCL_SOCKET_IFNAME": "=" + platform.POD_RDMA_INTERFACE,
+        "NCCL_SOCKET_IFNAME": "=" + rdma.POD_RDMA_INTERFACE,
         # GPU and HCA of a rail share a PCIe switch on DGX-class servers.
         "NCCL_NET_GDR_LEVEL": "PXB",
         "NCCL_DEBUG": debug or ("WARN" if cluster.environment == "production" else "INFO"),
@@ -92,7 +92,7 @@ def mount_root(path: str) -> str:
 
 
 def whole_node_resources(cluster: Cluster, gpus: int, cpu: int | str, memory: str) -> dict:
-    res = {"nvidia.com/gpu": str(gpus), platform.rdma_resource(cluster): "1",
+    res = {"nvidia.com/gpu": str(gpus), rdma.rdma_resource(cluster): "1",
            "cpu": str(cpu), "memory": memory}
     return {"requests": res, "limits": dict(res)}
 
@@ -150,9 +150,9 @@ def gpu_pod_spec(cluster: Cluster, containers: list[dict], volumes: list[dict],
         affinity = tested_nodes_only(affinity)
     spec: dict[str, Any] = {
         "schedulerName": VOLCANO,
-        "priorityClassName": platform.TRAINING_PRIORITY,
+        "priorityClassName": namespaces.TRAINING_PRIORITY,
         "nodeSelector": {"nvidia.com/gpu.product": cluster.gpu_nodes.template.gpu.product_label},
-        "tolerations": [platform.gpu_toleration()],
+        "tolerations": [labels.gpu_toleration()],
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": containers,
         "volumes": volumes,
@@ -166,7 +166,7 @@ def rdma_metadata(labels: dict[str, str]) -> dict:
     return {
         "labels": labels,
         "annotations": {
-            "k8s.v1.cni.cncf.io/networks": platform.RDMA_NETWORK,
+            "k8s.v1.cni.cncf.io/networks": rdma.RDMA_NETWORK,
             EXCEPTIONS_ANNOTATION: json.dumps(RDMA_EXCEPTIONS, sort_keys=True),
         },
     }
@@ -190,8 +190,8 @@ def mpi_launcher(image: str, command: str, env: list[dict]) -> dict:
         "metadata": {"annotations": {EXCEPTIONS_ANNOTATION: json.dumps(LAUNCHER_EXCEPTIONS)}},
         "spec": {
             "schedulerName": VOLCANO,
-            "priorityClassName": platform.TRAINING_PRIORITY,  # a member of the job's gang
-            "tolerations": [platform.gpu_toleration()],
+            "priorityClassName": namespaces.TRAINING_PRIORITY,  # a member of the job's gang
+            "tolerations": [labels.gpu_toleration()],
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "launcher",

@@ -17,6 +17,8 @@ one decorated function (see `registry.py`) in the module of its domain:
 - `rules_training.py`: training jobs and gang scheduling;
 - `rules_deferred.py` (run last): the one finding that says which checks wait for
   `pulumi up` because the values they read are unknown in a preview.
+Data the stack loads too (by path, since the pack never imports the stack): `compat_data.py`,
+the release tables; `vocabulary.py`, the labels the stack sets and the rules read.
 Levels can be overridden per rule with a policy config (`{"<rule>": "advisory" |
 {"enforcementLevel": "…", <properties>}}`): `INITIAL_CONFIG` below, `pulumi preview
 --policy-pack-config`, or `python -m offline preview --policy-config`. `python -m

@@ -4,6 +4,16 @@ this file by path). A new GPU or Network Operator release is one entry here and 
 
 Each entry cites its source, so a reviewer can check it against the vendor's matrix."""
 
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A release's place in order: `v1.15.1` and `1.15.1-rc1` -> (1, 15, 1); () when the
+    version is not numeric."""
+    try:
+        return tuple(int(p) for p in version.lstrip("v").split("-")[0].split("."))
+    except ValueError:
+        return ()
+
+
 # Network Operator release -> the Kubernetes minors it supports (release notes, "Platform
 # Support") and the DOCA-OFED driver container of its container image list
 # (docs.nvidia.com/networking/display/kubernetes<release>/platform-support.html). The other

@@ -24,6 +24,8 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
+from .vocabulary import POLICY_SUPPRESS_ANNOTATION
+
 REGISTRY: list[ResourceValidationPolicy | StackValidationPolicy] = []
 # rule id -> the decorated function (its docstring is the rule's reason).
 DOCS: dict[str, Callable[..., None]] = {}
@@ -191,7 +193,7 @@ def policy_config(args: Any) -> Any:
     return getter() if callable(getter) else None
 
 
-SUPPRESS_ANNOTATION = "gpucluster.io/policy-suppress"
+SUPPRESS_ANNOTATION = POLICY_SUPPRESS_ANNOTATION
 # The rules an object's own annotation may suppress: an annotation lives in code no owner of
 # the pack reviews (components/), so only rules that guard performance or operations, never
 # security, are here. Every other suppression is in the policy config, which the pack's owners

@@ -15,6 +15,7 @@ from pulumi_policy import (
 
 from .common import WORKLOAD_TYPES, containers, pod_containers, pod_templates, qty
 from .registry import Report, get, is_list, resource_rule, stack_rule
+from .vocabulary import PURPOSE_LABEL
 
 
 def _image_unpinned(image: str) -> str | None:
@@ -175,7 +176,7 @@ def _access_modes(props: Any) -> list[str]:
 def checkpoint_volume_rwx(args: ResourceValidationArgs, report: Report) -> None:
     """Every rank of every node writes its shard of a checkpoint at once; a ReadWriteOnce
     volume mounts on one node only, so the job's other pods never start (or cannot save)."""
-    labels = get(args.props, "metadata", "labels", "gpucluster.io/purpose")
+    labels = get(args.props, "metadata", "labels", PURPOSE_LABEL)
     if "checkpoint" not in _name(args) and labels != "checkpoints":
         return
     modes = _access_modes(args.props)
@@ -186,7 +187,7 @@ def checkpoint_volume_rwx(args: ResourceValidationArgs, report: Report) -> None:
 def _checkpoint_pv(r: Any) -> bool:
     return r.resource_type == "kubernetes:core/v1:PersistentVolume" and (
         "checkpoint" in _name(r)
-        or get(r.props, "metadata", "labels", "gpucluster.io/purpose") == "checkpoints")
+        or get(r.props, "metadata", "labels", PURPOSE_LABEL) == "checkpoints")
 
 
 @stack_rule(

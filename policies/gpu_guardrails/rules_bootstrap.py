@@ -133,13 +133,6 @@ def helm_release_atomic(args: ResourceValidationArgs, report: Report) -> None:
 _K8S_VERSION = re.compile(r"^kubernetesVersion:\s*v?(\d+)\.(\d+)\.(\d+)", re.M)
 
 
-def _semver(v: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in v.lstrip("v").split("-")[0].split("."))
-    except ValueError:
-        return ()
-
-
 @stack_rule(
     "component-versions-compatible",
     "Kubernetes, GPU Operator, Network Operator and Volcano versions are a supported set",
@@ -183,7 +176,8 @@ def component_versions_compatible(args: StackValidationArgs, report: Report) -> 
         if reason:
             report(reason, net[1])
     vol = charts.get("volcano")
-    if vol and _semver(vol[0]) < _semver(compat_data.VOLCANO_HYPERNODE[0]):
+    if vol and compat_data.version_key(vol[0]) < compat_data.version_key(
+            compat_data.VOLCANO_HYPERNODE[0]):
         report(f"Volcano {vol[0]} predates HyperNode scheduling "
                f"({compat_data.VOLCANO_HYPERNODE[0]})", vol[1])
 

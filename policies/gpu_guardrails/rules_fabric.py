@@ -14,10 +14,7 @@ from pulumi_policy import (
 
 from .common import FABRIC_TYPE, STORAGE_FABRIC_TYPE, cabled_rails, config, qty
 from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
-
-# The stack's node label naming a GPU node's SU (SU_LABEL in components/planning/labels.py,
-# under NodeRestriction's prefix).
-SU_LABEL = "node-restriction.kubernetes.io/gpucluster-su"
+from .vocabulary import SU_LABEL
 
 MANDATORY = EnforcementLevel.MANDATORY
 # Both fabrics' components: the compute rails and a storage fabric of its own each have their

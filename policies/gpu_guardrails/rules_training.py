@@ -170,7 +170,7 @@ def gang_fits_queue(args: StackValidationArgs, report: Report) -> None:
         elif (cap := caps.get(queue)) is not None and gang > cap:
             report(f"{what} needs {gang} GPUs at once but queue {queue!r} is capped at "
                    f"{cap:g}: Volcano never admits it; raise the queue's capability to at "
-                   f"least {gang} (components/planning/platform.py queue_capabilities)",
+                   f"least {gang} (components/planning/volcano.py queue_capabilities)",
                    r.urn)
 
 

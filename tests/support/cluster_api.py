@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from components.planning.nodes import PlannedNode, planned_nodes
-from components.planning.platform import ROLLOUT_READY, rdma_resource
+from components.planning.platform import ROLLOUT_READY
+from components.planning.rdma import rdma_resource
 from e2e import admission
 from e2e.guard import is_local
 from e2e.stack import STACK

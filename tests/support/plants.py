@@ -72,7 +72,7 @@ def approver_any_kubernetes_signer(project: Path) -> None:
 
 def rdma_policy_warn_only(project: Path) -> None:
     """The rdma-pods-baseline ValidatingAdmissionPolicyBinding warns and audits, never denies."""
-    _replace(project, "components/planning/platform.py",
+    _replace(project, "components/planning/pod_security.py",
              '"validationActions": ["Deny"]', '"validationActions": ["Warn", "Audit"]')
 
 
@@ -186,7 +186,7 @@ def grafana_literal_password(project: Path) -> None:
 
 def pods_reach_the_management_network(project: Path) -> None:
     """The workload namespaces' egress no longer excepts the management and BMC networks."""
-    _replace(project, "components/planning/platform.py",
+    _replace(project, "components/planning/network_policies.py",
              '"except": admin_networks(cluster)', '"except": []')
 
 
