@@ -20,7 +20,9 @@ SU_LABEL = node_label("su")  # a GPU node's scalable unit: "su<n>"
 # What a Lustre volume holds (storage.lustre[].purpose): dataset, checkpoints, model-weights.
 PURPOSE_LABEL = f"{LABEL_PREFIX}/purpose"
 # A GPU node's kubelet registers it with this label (kubeadm join); training and serving never
-# land on a node that carries it, and the acceptance gate removes it once the node passed.
+# land on a node that carries it, and the acceptance gate removes it once the node passed
+# (components/planning/acceptance_run.py). A plain prefix: NodeRestriction refuses a kubelet
+# the restricted one, and a node that drops the label itself only skips its own test.
 UNTESTED_LABEL = f"{LABEL_PREFIX}/untested"
 # `"<rule>: <reason>"` (several separated by ';'): an object the pack judges with one of its
 # annotation-suppressible rules passes that rule, and the preview lists it as suppressed.
