@@ -27,8 +27,10 @@ CODE = ("components", "offline", "twin", "policies", "e2e", "tests", "tools")
 
 
 def test_no_function_is_longer_than_a_screen() -> None:
-    assert {p.name for p in REPO.iterdir() if p.is_dir() and any(p.rglob("*.py"))} \
-        - {".venv", "build", "rendered"} <= set(CODE), "a code folder the guard does not read"
+    folders = [p for p in REPO.iterdir()
+               if p.is_dir() and p.name not in {".venv", ".git", "build", "rendered"}]
+    assert {p.name for p in folders if any(p.rglob("*.py"))} <= set(CODE), \
+        "a code folder the guard does not read"
     assert [f for root in CODE for f in long_functions(REPO / root)] == []
 
 
