@@ -27,7 +27,7 @@ class Aside(Generic[T]):
         self._pid = 0
         self._pipe = -1
         if not hasattr(os, "fork"):
-            self._outcome = _outcome(work)
+            self._outcome = outcome_of(work)
             return
         for stream in (sys.stdout, sys.stderr):  # or the child would print them again
             stream.flush()
@@ -37,7 +37,7 @@ class Aside(Generic[T]):
             os.close(read)
             try:
                 with os.fdopen(write, "wb") as pipe:
-                    pipe.write(_pickled(_outcome(work, traced=True)))
+                    pipe.write(pickled(outcome_of(work, traced=True)))
             finally:
                 os._exit(0)
         os.close(write)
@@ -50,7 +50,7 @@ class Aside(Generic[T]):
             _, status = os.waitpid(self._pid, 0)
             if not answer:
                 raise RuntimeError(f"the process working aside ended without an answer "
-                                   f"({_ended(status)})")
+                                   f"({how_it_ended(status)})")
             self._outcome = pickle.loads(answer)
         done, value = self._outcome
         if done:
@@ -58,7 +58,7 @@ class Aside(Generic[T]):
         raise value  # type: ignore[misc]
 
 
-def _outcome(work: Callable[[], object], traced: bool = False) -> tuple[bool, object]:
+def outcome_of(work: Callable[[], object], traced: bool = False) -> tuple[bool, object]:
     try:
         return True, work()
     except Exception as err:  # handed to whoever waits for the result
@@ -68,7 +68,7 @@ def _outcome(work: Callable[[], object], traced: bool = False) -> tuple[bool, ob
         return False, err
 
 
-def _pickled(outcome: tuple[bool, object]) -> bytes:
+def pickled(outcome: tuple[bool, object]) -> bytes:
     try:
         return pickle.dumps(outcome)
     except Exception:  # an exception that does not pickle still arrives, as text
@@ -78,7 +78,7 @@ def _pickled(outcome: tuple[bool, object]) -> bytes:
         return pickle.dumps((False, RuntimeError(text)))
 
 
-def _ended(status: int) -> str:
+def how_it_ended(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"killed by signal {os.WTERMSIG(status)}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from .bench import (
     scale_gpu_nodes,
 )
 from .engine import PLACEHOLDER_SECRETS, PLUGINS, engine_bin, engine_cache, local_env
+from .proc_tree import TreeSampler
 
 SAMPLE_S = 0.2
 # The engine's two runs per repeat: the CLI as it is, and without per-step checkpoints.
@@ -96,17 +96,6 @@ class TreeRun:
     stderr: str = ""
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:  # gone, or a kernel without the children files
-        pass
-    return out
-
-
 def _role(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -119,54 +108,11 @@ def _role(pid: int) -> str:
     return next((ROLES[n] for n in reversed(names) if n in ROLES), "other")
 
 
-class TreeSampler(threading.Thread):
-    """Samples a process and its descendants from /proc until stopped: CPU seconds per pid
-    (the last value seen) and the peak of their summed resident memory."""
-
-    def __init__(self, pid: int, interval: float = SAMPLE_S) -> None:
-        super().__init__(daemon=True)
-        self.root, self.interval = pid, interval
-        self.cpu: dict[int, float] = {}
-        self.roles: dict[int, str] = {}
-        self.peak_rss = 0
-        self.done = threading.Event()
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self.page = os.sysconf("SC_PAGE_SIZE")
-
-    def sample(self) -> None:
-        todo, rss = [self.root], 0
-        while todo:
-            pid = todo.pop()
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{pid}/statm") as f:
-                    rss += int(f.read().split()[1]) * self.page
-            except (OSError, IndexError):
-                continue
-            # After the command's name: state is fields[0], utime and stime fields[11:13].
-            self.cpu[pid] = (int(fields[11]) + int(fields[12])) / self.tick
-            if pid not in self.roles:
-                self.roles[pid] = _role(pid)
-            todo += _children(pid)
-        self.peak_rss = max(self.peak_rss, rss)
-
-    def run(self) -> None:
-        while not self.done.wait(self.interval):
-            self.sample()
-
-    def by_role(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for pid, seconds in self.cpu.items():
-            out[self.roles[pid]] = out.get(self.roles[pid], 0.0) + seconds
-        return out
-
-
 def run_tree(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> TreeRun:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=out, stderr=err, text=True)
-        sampler = TreeSampler(proc.pid)
+        sampler = TreeSampler(proc.pid, SAMPLE_S, _role)
         sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0

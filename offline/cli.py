@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import site, site_inputs
 from .diff import Diff, diff_json, format_diff
@@ -24,10 +25,10 @@ from .preview import (
     ConfigFailure,
     Rendering,
     RunFailure,
+    Staging,
     diff_against_rendered,
     render,
     sync_tree,
-    write_tree,
 )
 from .runbook import runbook
 from .stackconfig import StackFileError, load_stack_config
@@ -94,13 +95,16 @@ def _print_suppressed(items: list[Violation]) -> None:
 
 
 def _render(project: Path, args: argparse.Namespace, policy_config: Path | None = None,
-            with_policies: bool = True) -> Rendering | int:
+            with_policies: bool = True,
+            write_artifacts: Callable[[Mapping[str, str]], None] | None = None
+            ) -> Rendering | int:
     """The rendering, or the exit status after printing why there is none."""
     try:
         pack = getattr(args, "policy_pack", None)
         return render(project, args.stack, policy_config, with_policies=with_policies,
                       timeout=args.timeout, policy_pack=Path(pack) if pack else None,
-                      baseline=getattr(args, "baseline", None))
+                      baseline=getattr(args, "baseline", None),
+                      write_artifacts=write_artifacts)
     except ConfigFailure as err:
         print(str(err), file=sys.stderr)
         return EXIT_CONFIG
@@ -144,6 +148,48 @@ def _baseline_problem(project: Path, args: argparse.Namespace) -> str | None:
     return None
 
 
+class _Preview(NamedTuple):
+    rendering: Rendering
+    diff: Diff
+    current: dict[str, str]  # the rendering it was compared with
+    new_inputs: dict[str, Any]  # each resource's inputs, by URN
+    runbook: list[str]
+    impact: list[str]
+
+
+def _preview_and_write(project: Path, args: argparse.Namespace, out: Path,
+                       policy_config: Path | None, core: str | None
+                       ) -> _Preview | int:
+    """The rendering, its diff, runbook and impact, with build/<stack> written: or the exit
+    status, build/<stack> as it was. build/ is written beside the rest: the program's
+    artifacts (tens of thousands of files for a large site) by the program's own process once
+    it ends, the remainder here while the diff, the runbook and the impact are worked out. It
+    replaces the old one once all of it is written."""
+    staging = Staging(out)
+    r: Rendering | int = EXIT_ERROR
+    try:
+        r = _render(project, args, policy_config, write_artifacts=staging.write)
+        if isinstance(r, int):
+            return r
+        with ThreadPoolExecutor(max_workers=1) as pool:  # the writes wait on the disk
+            written = pool.submit(staging.write, r.generated if r.writing else r.build)
+            diff, current = diff_against_rendered(project, args.stack, r, args.baseline)
+            new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
+            # A split site's fabric is its core's: that is the stack its checks name.
+            steps = runbook(diff, core or args.stack, new_inputs)
+            verdict = impact(diff, new_inputs)
+            written.result()
+        if r.writing is not None:
+            r.writing.join()
+        staging.commit()
+        return _Preview(r, diff, current, new_inputs, steps, verdict)
+    finally:
+        if not staging.committed:
+            if isinstance(r, Rendering) and r.writing is not None:
+                r.writing.close()  # nothing writes into the staging tree once it is dropped
+            staging.drop()
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     project = Path(args.project_dir).resolve()
     wrong = _baseline_problem(project, args)
@@ -159,19 +205,14 @@ def cmd_preview(args: argparse.Namespace) -> int:
     core = site.core_of(project, args.stack)  # a split site's part: its core, else None
     site_inputs.forget(project, args.stack)
     policy_config = _policy_config(project, args, core)
-    r = _render(project, args, policy_config)
-    if isinstance(r, int):
-        return _failed(out, r)
-    write_tree(out, r.build)
-    diff, current = diff_against_rendered(project, args.stack, r, args.baseline)
+    read = _preview_and_write(project, args, out, policy_config, core)
+    if isinstance(read, int):
+        return _failed(out, read)
+    r, diff, current, new_inputs, steps, verdict = read
     # The same diff as data, for tools (and tests) that act on what a change touches.
-    (project / "build" / args.stack / "diff.json").write_text(diff_json(diff))
-    new_inputs = {d["urn"]: d.get("inputs") or {} for d in r.rendered_docs.values()}
-    # A split site's fabric is its core's: that is the stack its checks name.
-    steps = runbook(diff, core or args.stack, new_inputs)
-    (project / "build" / args.stack / "runbook.txt").write_text("\n".join(steps) + "\n")
-    verdict = impact(diff, new_inputs)
-    (project / "build" / args.stack / "impact.txt").write_text("\n".join(verdict) + "\n")
+    (out / "diff.json").write_text(diff_json(diff))
+    (out / "runbook.txt").write_text("\n".join(steps) + "\n")
+    (out / "impact.txt").write_text("\n".join(verdict) + "\n")
     try:  # the pack judged beside all of the above
         report = r.policy_report()
         for name, text in report.items():

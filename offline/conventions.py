@@ -4,9 +4,11 @@ name's suffix, the switches' port-description format, a run of hosts as a reader
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from types import ModuleType
 
 
+@cache  # called per port line: an import statement costs a lookup each time
 def ports() -> ModuleType:
     """The stack's port-description format (components/planning/port_descriptions.py), imported
     only once a diff holds a switch's port map: the preview runs on projects without one."""

@@ -113,14 +113,42 @@ def build_plan(
         return found
 
     norm = Normaliser(project_dir)
-    resources: list[Resource] = []
-    for reg in regs:
-        resources.append(
-            Resource(
-                reg=reg,
-                layer=layer_of(reg.urn),
-                inputs=norm.inputs(reg.type, reg.inputs),
-                options=reg.options(),
-            )
-        )
+    resources = [_resource(reg, layer_of(reg.urn), norm) for reg in regs]
     return Plan(project, stack, resources, {r.urn: r for r in resources}, norm.secret_strings)
+
+
+def _resource(reg: Registration, layer: str, norm: Normaliser) -> Resource:
+    return Resource(reg=reg, layer=layer, inputs=norm.inputs(reg.type, reg.inputs),
+                    options=reg.options())
+
+
+class PlanBuilder:
+    """The plan built as the program registers its resources, each one ready for the pack and
+    the renderers as it arrives: a resource's layer is its own or its parent's, and the SDK
+    registers a parent before its children. The same plan as `build_plan`'s."""
+
+    def __init__(self, project: str, stack: str, project_dir: str = "") -> None:
+        self._project, self._stack, self._project_dir = project, stack, project_dir
+        self._norm = Normaliser(project_dir)
+        self.by_urn: dict[str, Resource] = {}
+        self._arrived: list[Resource] = []
+        self._unseen_parents: set[str] = set()  # the stack's, or one arriving late
+
+    def add(self, reg: Registration) -> Resource:
+        layer = own_layer(reg.type)
+        if layer is None:
+            parent = self.by_urn.get(reg.parent) if reg.parent else None
+            if reg.parent and parent is None:
+                self._unseen_parents.add(reg.parent)
+            layer = parent.layer if parent is not None else STACK_LAYER
+        res = self.by_urn[reg.urn] = _resource(reg, layer, self._norm)
+        self._arrived.append(res)
+        return res
+
+    def plan(self) -> Plan:
+        if not self._unseen_parents.isdisjoint(self.by_urn):  # a parent after its child
+            return build_plan(self._project, self._stack, [r.reg for r in self._arrived],
+                              self._project_dir)
+        resources = sorted(self._arrived, key=lambda r: r.urn)
+        return Plan(self._project, self._stack, resources, {r.urn: r for r in resources},
+                    self._norm.secret_strings)

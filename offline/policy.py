@@ -23,8 +23,10 @@ import importlib
 import inspect
 import json
 import sys
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from .model import Plan, Resource
 from .normalize import SECRET_SIG, SIG_KEY, UNKNOWN_VALUES
+from .runtime import Registration
 
 LEVEL_ORDER = ("mandatory", "advisory", "disabled")
 # A finding a suppression (with its reason) keeps from failing: listed, never enforced.
@@ -237,30 +240,73 @@ def _scrub(message: str, secrets: set[str]) -> str:
 def run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
                  extra_secrets: set[str] = frozenset()) -> list[Violation]:  # type: ignore[assignment]
     """Violations, and the findings suppressions keep from failing (level SUPPRESSED)."""
-    secrets = set(plan.secret_strings) | set(extra_secrets)
-    if pack.take_deferred is not None:
-        pack.take_deferred()  # as a new analyzer process: nothing deferred yet
-    if pack.record_suppressions is None:
-        return _run_policies(plan, pack, config, secrets)
-    with pack.record_suppressions() as suppressed:
-        found = _run_policies(plan, pack, config, secrets)
-    found += [Violation(SUPPRESSED, s.rule, s.urn, _scrub(s.message, secrets),
-                        _scrub(s.reason, secrets)) for s in set(suppressed)]
-    return sorted(set(found), key=Violation.sort_key)
+    run = PackRun(pack, config, plan.by_urn)
+    for res in plan.resources:
+        run.resource(res)
+    return run.finish(plan, extra_secrets)
 
 
-def _run_policies(plan: Plan, pack: PolicyPackInfo, config: Mapping[str, Any],
-                  secrets: set[str]) -> list[Violation]:
-    resolved = [(p, _level_name(lvl), props) for p, lvl, props in resolve(pack, config)
-                if lvl != EnforcementLevel.DISABLED]
-    providers = _Providers(plan)
-    found = _run_resource_policies(
-        plan, [r for r in resolved if isinstance(r[0], ResourceValidationPolicy)], providers,
-        secrets)
-    found += _run_stack_policies(
-        plan, [r for r in resolved if isinstance(r[0], StackValidationPolicy)], providers,
-        secrets)
-    return sorted(set(found), key=Violation.sort_key)
+class PackRun:
+    """The pack judging a plan as the analyzer does in a preview: each resource's rules as the
+    resource arrives (`Analyze`), then the stack's once every resource is there
+    (`AnalyzeStack`). `by_urn` holds every resource that arrived so far."""
+
+    def __init__(self, pack: PolicyPackInfo, config: Mapping[str, Any],
+                 by_urn: Mapping[str, Resource]) -> None:
+        resolved = [(p, _level_name(lvl), props) for p, lvl, props in resolve(pack, config)
+                    if lvl != EnforcementLevel.DISABLED]
+        self._resource_rules = [r for r in resolved if isinstance(r[0], ResourceValidationPolicy)]
+        self._stack_rules = [r for r in resolved if isinstance(r[0], StackValidationPolicy)]
+        self._rules_of: dict[str, list[tuple[Any, str, Any]]] = {}
+        self._providers = _Providers(by_urn)
+        self._props = _Props()
+        self._found: list[Violation] = []  # as reported: secrets are scrubbed once at the end
+        self._later: list[Resource] = []
+        self._recording = ExitStack()
+        self._suppressed: list[Any] = []
+        self.seconds = 0.0  # spent in rules so far
+        if pack.take_deferred is not None:
+            pack.take_deferred()  # as a new analyzer process: nothing deferred yet
+        if pack.record_suppressions is not None:
+            self._suppressed = self._recording.enter_context(pack.record_suppressions())
+
+    def resource(self, res: Resource) -> None:
+        start = time.perf_counter()
+        rules = self._rules_of.get(res.type)
+        if rules is None:
+            rules = self._rules_of[res.type] = [
+                r for r in self._resource_rules if _applies(r[0], res.type)]
+        if rules:
+            _judge_resource(res, rules, self._props.of(res), self._providers, self._found)
+        self.seconds += time.perf_counter() - start
+
+    def later(self, res: Resource) -> None:
+        """Judge `res` in `finish` (which another process may run)."""
+        self._later.append(res)
+
+    def finish(self, plan: Plan, extra_secrets: set[str] = frozenset()  # type: ignore[assignment]
+               ) -> list[Violation]:
+        """The rules of resources left for later and the stack's rules, then every finding,
+        suppressed ones included, scrubbed of every secret the plan holds."""
+        for res in self._later:
+            self.resource(res)
+        start = time.perf_counter()
+        try:
+            found = self._found + _run_stack_policies(plan, self._stack_rules,
+                                                      self._providers, self._props)
+        finally:
+            self.close()
+        secrets = set(plan.secret_strings) | set(extra_secrets)
+        found = [replace(v, message=_scrub(v.message, secrets)) for v in found]
+        found += [Violation(SUPPRESSED, s.rule, s.urn, _scrub(s.message, secrets),
+                            _scrub(s.reason, secrets)) for s in set(self._suppressed)]
+        self.seconds += time.perf_counter() - start
+        return sorted(set(found), key=Violation.sort_key)
+
+    def close(self) -> None:
+        """Stop recording suppressions (`finish` does; a process that hands `finish` to
+        another calls it for itself)."""
+        self._recording.close()
 
 
 def _level_name(lvl: EnforcementLevel) -> str:
@@ -275,19 +321,34 @@ def _unknown_note(policy: Any, err: UnknownValueError, urn: str | None) -> Viola
 class _Providers:
     """Each resource's provider as the analyzer hands it to rules, built once per provider."""
 
-    def __init__(self, plan: Plan) -> None:
-        self._plan = plan
+    def __init__(self, by_urn: Mapping[str, Resource]) -> None:
+        self._by_urn = by_urn
         self._made: dict[str, PolicyProviderResource] = {}
 
     def of(self, res: Resource) -> PolicyProviderResource | None:
         urn = res.reg.provider
-        if not urn or urn not in self._plan.by_urn:
+        if not urn or urn not in self._by_urn:
             return None
         if urn not in self._made:
-            p = self._plan.by_urn[urn]
+            p = self._by_urn[urn]
             self._made[urn] = PolicyProviderResource(p.type, LazyProps(p.reg.inputs), urn,
                                                      p.name)
         return self._made[urn]
+
+
+class _Props:
+    """Each resource's props as its rules read them, made once for its resource rules and the
+    stack's (the analyzer makes them per call; the proxies are read-only to this pack's rules,
+    so one copy reads the same)."""
+
+    def __init__(self) -> None:
+        self._of: dict[str, tuple[Registration, LazyProps]] = {}
+
+    def of(self, res: Resource) -> LazyProps:
+        made = self._of.get(res.urn)
+        if made is None or made[0] is not res.reg:  # a resource planned again: its own
+            made = self._of[res.urn] = (res.reg, LazyProps(res.reg.inputs))
+        return made[1]
 
 
 def _applies(policy: Any, type_: str) -> bool:
@@ -297,44 +358,32 @@ def _applies(policy: Any, type_: str) -> bool:
     return applies is None or bool(applies(type_))
 
 
-def _run_resource_policies(plan: Plan, policies: list[tuple[Any, str, Any]],
-                           providers: _Providers, secrets: set[str]) -> list[Violation]:
-    found: list[Violation] = []
-    if not policies:
-        return found
-    by_type: dict[str, list[tuple[Any, str, Any]]] = {}
-    for res in plan.resources:
-        if res.type not in by_type:
-            by_type[res.type] = [p for p in policies if _applies(p[0], res.type)]
-        if not by_type[res.type]:
-            continue
-        props = LazyProps(res.reg.inputs)
-        opts = _options(res)
-        prov = providers.of(res)
-        for policy, level, pconf in by_type[res.type]:
+def _judge_resource(res: Resource, rules: list[tuple[Any, str, Any]], props: LazyProps,
+                    providers: _Providers, found: list[Violation]) -> None:
+    opts = _options(res)
+    prov = providers.of(res)
+    for policy, level, pconf in rules:
 
-            def report(message: str, urn: str | None = None, *, _p: Any = policy,
-                       _l: str = level, _u: str = res.urn) -> None:
-                # As in the analyzer, a resource rule's urn argument is ignored.
-                found.append(Violation(_l, _p.name, _u, _scrub(message or _p.description,
-                                                                secrets)))
+        def report(message: str, urn: str | None = None, *, _p: Any = policy,
+                   _l: str = level, _u: str = res.urn) -> None:
+            # As in the analyzer, a resource rule's urn argument is ignored.
+            found.append(Violation(_l, _p.name, _u, message or _p.description))
 
-            args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, prov,
-                                          pconf, {})
-            try:
-                _run(policy.validate(args, report))
-            except UnknownValueError as err:
-                found.append(_unknown_note(policy, err, res.urn))
-            except _NotApplicableError:
-                pass
-    return found
+        args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, prov, pconf, {})
+        try:
+            _run(policy.validate(args, report))
+        except UnknownValueError as err:
+            found.append(_unknown_note(policy, err, res.urn))
+        except _NotApplicableError:
+            pass
 
 
-def _stack_resources(plan: Plan, providers: _Providers) -> list[PolicyResource]:
+def _stack_resources(plan: Plan, providers: _Providers, props: _Props
+                     ) -> list[PolicyResource]:
     """Every resource as a stack rule sees it: with its parent and dependencies linked."""
     objs: dict[str, PolicyResource] = {}
     for res in plan.resources:
-        objs[res.urn] = PolicyResource(res.type, LazyProps(res.reg.inputs), res.urn, res.name,
+        objs[res.urn] = PolicyResource(res.type, props.of(res), res.urn, res.name,
                                        _options(res), providers.of(res), None, [], {})
     for res in plan.resources:
         obj = objs[res.urn]
@@ -348,17 +397,16 @@ def _stack_resources(plan: Plan, providers: _Providers) -> list[PolicyResource]:
 
 
 def _run_stack_policies(plan: Plan, policies: list[tuple[Any, str, Any]],
-                        providers: _Providers, secrets: set[str]) -> list[Violation]:
+                        providers: _Providers, props: _Props) -> list[Violation]:
     found: list[Violation] = []
     if not policies:
         return found
-    resources = _stack_resources(plan, providers)
+    resources = _stack_resources(plan, providers, props)
     for stack_policy, level, pconf in policies:
 
         def report_stack(message: str, urn: str | None = None, *, _p: Any = stack_policy,
                          _l: str = level) -> None:
-            found.append(Violation(_l, _p.name, urn or None,
-                                   _scrub(message or _p.description, secrets)))
+            found.append(Violation(_l, _p.name, urn or None, message or _p.description))
 
         try:
             _run(stack_policy.validate(StackValidationArgs(resources, pconf, {}),

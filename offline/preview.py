@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import shutil
 import time
@@ -10,33 +12,35 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol
 
 from .aside import Aside
 from .diff import Diff, diff_trees, read_tree
-from .model import Plan, build_plan
+from .model import Plan, PlanBuilder, Resource
 from .normalize import is_secret, whole_floats
 from .policy import (
+    PackRun,
     PolicyLoadError,
     Violation,
     load_config_file,
     load_pack,
     policy_levels,
-    run_policies,
 )
 from .render import (
     ArtifactError,
+    Pieces,
     check_artifacts,
     helm_files,
     manifest_files,
+    pieces,
     plan_json,
     rendered_files,
     to_json,
 )
-from .runtime import OUTPUTS_FILE, ProgramFailed, run_program
+from .runtime import OUTPUTS_FILE, ProgramFailed, Registration, run_program
 from .stackconfig import StackConfig, StackFileError, load_stack_config
+from .stream import ChildEnded, Stream
 
-T = TypeVar("T")
 POLICY_REPORT = "policy-report.json"
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_MANDATORY, EXIT_REFUSED = 0, 1, 2, 3, 4
 # What each failing status means, as the preview's last line says it.
@@ -83,6 +87,9 @@ class Rendering:
     timings: dict[str, float] = field(default_factory=dict)
     # What the program itself wants a reviewer to read (`cluster.report`), e.g. the fabric BOM.
     report: list[str] = field(default_factory=list)
+    # build less the program's artifacts: the files this runner makes of the plan
+    generated: Mapping[str, str] = field(default_factory=dict)
+    writing: Writing | None = None  # the artifacts, written to disk by the program's process
 
     @property
     def violations(self) -> list[Violation]:
@@ -123,8 +130,11 @@ def _leak_check(cfg: StackConfig, trees: Mapping[str, Mapping[str, str]]) -> Non
     """Fail if a secret config value reached any file in plain text."""
     if not cfg.placeholders:
         return
+    common = os.path.commonprefix(list(cfg.placeholders))  # one pass over most texts
     for root, files in trees.items():
         for path, text in files.items():
+            if common not in text:
+                continue
             for placeholder, key in cfg.placeholders.items():
                 if placeholder in text:
                     raise RunFailure(
@@ -142,56 +152,136 @@ def render(
     timeout: float | None = None,
     policy_pack: Path | None = None,
     baseline: str | None = None,
+    write_artifacts: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Rendering:
     """The stack's plan, artifacts and policy findings. Its rendering (or the `baseline`
     stack's) stands for what `pulumi up` deployed; without one this is a first preview, where
-    what commands print is unknown."""
+    what commands print is unknown. `write_artifacts` writes the program's artifacts, in the
+    program's own process once the program ends, before anything is checked
+    (`Rendering.writing` waits for it)."""
     t0 = time.perf_counter()
-    # run_program changes into the project directory: make every path absolute first.
+    # The program changes into the project directory: make every path absolute first.
     project_dir = project_dir.resolve()
     policy_config = policy_config.resolve() if policy_config else None
     try:
         cfg = load_stack_config(project_dir, stack)
     except StackFileError as err:
         raise ConfigFailure(str(err)) from None
+    deployed = (project_dir / "rendered" / (baseline or stack)).is_dir()
+    # The program runs in a child; each resource is planned, rendered and judged here as the
+    # program registers it.
+    program: Stream[Ended, Registration] = Stream(
+        lambda send: _program(project_dir, cfg, timeout, deployed, send),
+        then=(lambda ended: write_artifacts(ended.artifacts)) if write_artifacts else None)
+    collecting = gc.isenabled()
+    # The plan is kept whole to the end: a collection would only scan it again and again.
+    gc.disable()
     try:
-        deployed = (project_dir / "rendered" / (baseline or stack)).is_dir()
-        result = run_program(project_dir, cfg, timeout=timeout, deployed=deployed)
+        return _rendering(program, cfg, project_dir, t0, policy_config, with_policies,
+                          policy_pack, writing=program if write_artifacts else None)
+    except BaseException:
+        program.close()
+        raise
+    finally:
+        gc.freeze()  # and out of the passes after it
+        if collecting:
+            gc.enable()
+
+
+def _rendering(program: Stream[Ended, Registration], cfg: StackConfig, project_dir: Path,
+               t0: float, policy_config: Path | None, with_policies: bool,
+               policy_pack: Path | None, writing: Writing | None) -> Rendering:
+    """Each resource planned, rendered and judged here as the program registers it, then
+    the files assembled and checked once it has ended."""
+    builder = PlanBuilder(cfg.project, cfg.stack, str(project_dir))
+    warnings: list[str] = []
+    unloadable: RunFailure | None = None  # said once the program's verdict is in
+    try:
+        run, levels = _pack(builder.by_urn, cfg, project_dir, policy_config, policy_pack,
+                            warnings) if with_policies else (None, {})
+    except RunFailure as err:
+        run, levels, unloadable = None, {}, err
+    made: dict[str, Pieces] = {}
+    for reg in program:
+        res = builder.add(reg)
+        made[res.urn] = pieces(res)
+        if run is None:
+            continue
+        if program.answered:  # what is still queued is judged beside the rest, at the end
+            run.later(res)
+        else:
+            run.resource(res)
+    try:
+        ended = program.result()
+    except ChildEnded as err:  # killed, say, for want of memory
+        raise RunFailure(str(err)) from None
+    if unloadable is not None:
+        raise unloadable
+    t1 = program.answered_at
+
+    plan = builder.plan()
+    warnings.extend(ended.warnings)
+    manifests, dupes = manifest_files(plan)
+    warnings.extend(dupes)
+    helm = helm_files(plan)
+    rendered, rendered_docs = rendered_files(plan, made)
+    generated: dict[str, str] = {"plan.json": plan_json(plan, made),
+                                 OUTPUTS_FILE: outputs_json(ended.outputs)}
+    generated.update({f"manifests/{p}": t for p, t in manifests.items()})
+    generated.update({f"helm/{p}": t for p, t in helm.items()})
+    for path in ended.artifacts:  # the program's own file wins
+        generated.pop(path, None)
+    build = generated | ended.artifacts
+    _leak_check(cfg, {f"build/{cfg.stack}": build, f"rendered/{cfg.stack}": rendered})
+    # Started last: once a copy of this process is forked, each page this one writes to is
+    # copied first.
+    verdict = _verdict(run, plan, set(cfg.placeholders))
+    timings = {"program": t1 - t0, "render": time.perf_counter() - t1}
+    return Rendering(cfg, plan, build, rendered, rendered_docs, verdict, levels, warnings,
+                     timings, ended.report, generated, writing)
+
+
+class Writing(Protocol):
+    """Files being written elsewhere."""
+
+    def join(self) -> None:
+        """Wait until they are written; raise what stopped them."""
+
+    def close(self) -> None:
+        """Stop writing them."""
+
+
+@dataclass
+class Ended:
+    """What the program leaves besides its resources, sent back from its process."""
+
+    outputs: dict[str, Any]
+    artifacts: dict[str, str]
+    report: list[str]
+    warnings: list[str]
+
+
+def _program(project_dir: Path, cfg: StackConfig, timeout: float | None, deployed: bool,
+             send: Callable[[Registration], None]) -> Ended:
+    """Run the program, `send`ing each registration; its failure as the CLI reports it."""
+    try:
+        result = run_program(project_dir, cfg, timeout=timeout, deployed=deployed,
+                             on_register=send)
     except ProgramFailed as failed:
         if is_config_error(failed.error):
             raise ConfigFailure(str(failed.error)) from None
         tb = "".join(traceback.format_exception(failed.error))
         raise RunFailure(f"the program failed:\n{tb}") from None
-    t1 = time.perf_counter()
-
     warnings: list[str] = []
-    plan = build_plan(cfg.project, stack, result.registrations, str(project_dir))
-    verdict, levels = _judge(plan, cfg, project_dir, policy_config, policy_pack, warnings) \
-        if with_policies else (None, {})
     artifacts = _artifacts(result.globals, warnings)
-    manifests, dupes = manifest_files(plan)
-    warnings.extend(dupes)
-    helm = helm_files(plan)
-    rendered, rendered_docs = rendered_files(plan)
-    t2 = time.perf_counter()
-
-    build: dict[str, str] = {"plan.json": plan_json(plan),
-                             OUTPUTS_FILE: outputs_json(result.outputs)}
-    build.update({f"manifests/{p}": t for p, t in manifests.items()})
-    build.update({f"helm/{p}": t for p, t in helm.items()})
-    build.update(artifacts)
-    _leak_check(cfg, {f"build/{stack}": build, f"rendered/{stack}": rendered})
-    timings = {"program": t1 - t0, "render": t2 - t1}
     report = [str(line) for line in getattr(result.globals.get("cluster"), "report", ())]
-    return Rendering(cfg, plan, build, rendered, rendered_docs, verdict, levels, warnings,
-                     timings, report)
+    return Ended(result.outputs, artifacts, report, warnings)
 
 
-def _judge(plan: Plan, cfg: StackConfig, project_dir: Path, policy_config: Path | None,
-           policy_pack: Path | None, warnings: list[str]
-           ) -> tuple[Aside[tuple[list[Violation], float]] | None, dict[str, str]]:
-    """The pack's verdict on the plan, started beside what the preview does next, and each
-    policy's level."""
+def _pack(by_urn: Mapping[str, Resource], cfg: StackConfig, project_dir: Path,
+          policy_config: Path | None, policy_pack: Path | None, warnings: list[str]
+          ) -> tuple[PackRun | None, dict[str, str]]:
+    """The pack, ready to judge each resource as it arrives, and each policy's level."""
     try:
         # Another pack (a PR's base branch's) judges this program with its own config.
         pack_dir = (policy_pack or project_dir / "policies").resolve()
@@ -203,16 +293,23 @@ def _judge(plan: Plan, cfg: StackConfig, project_dir: Path, policy_config: Path 
             default = pack_dir / f"policy-config.{cfg.stack}.json"
             policy_config = default if default.is_file() else None
         conf = load_config_file(policy_config)
-        levels = policy_levels(pack, conf)
+        return PackRun(pack, conf, by_urn), policy_levels(pack, conf)
     except PolicyLoadError as err:
         raise RunFailure(str(err)) from None
-    secrets = set(cfg.placeholders)
-    return Aside(lambda: _timed(run_policies, plan, pack, conf, secrets)), levels
 
 
-def _timed(work: Callable[..., T], *args: Any) -> tuple[T, float]:
-    start = time.perf_counter()
-    return work(*args), time.perf_counter() - start
+def _verdict(run: PackRun | None, plan: Plan, secrets: set[str]
+             ) -> Aside[tuple[list[Violation], float]] | None:
+    """The stack's rules and the findings, worked out beside what the preview does next."""
+    if run is None:
+        return None
+
+    def finish() -> tuple[list[Violation], float]:
+        return run.finish(plan, secrets), run.seconds
+
+    verdict = Aside(finish)
+    run.close()  # the child finishes the run; this process records nothing more
+    return verdict
 
 
 def outputs_json(outputs: Mapping[str, Any]) -> str:
@@ -226,31 +323,55 @@ def outputs_json(outputs: Mapping[str, Any]) -> str:
 WRITERS = 4  # files written at once
 
 
+class Staging:
+    """A new `root`, written beside it (from more than one process, if need be) and then
+    swapped in whole, or dropped."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
+        self.committed = False
+        self._new_parent = not root.parent.exists()  # dropped with the tree: build/, say
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+
+    def write(self, files: Mapping[str, str]) -> None:
+        for d in sorted({os.path.dirname(p) for p in files}):
+            (self.tmp / d).mkdir(parents=True, exist_ok=True)
+
+        def write(path: str) -> None:
+            target = self.tmp / path
+            target.write_text(files[path])
+            if path.endswith(".sh"):
+                target.chmod(0o755)
+
+        # A thousand nodes' scripts are tens of thousands of files: the writes wait on the
+        # disk, not on the interpreter, so a few run at once.
+        with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+            list(pool.map(write, files))
+
+    def commit(self) -> None:
+        self.tmp.mkdir(parents=True, exist_ok=True)  # an empty tree is still a tree
+        old = self.root.with_name(f".{self.root.name}.old-{os.getpid()}")
+        if self.root.exists():
+            self.root.rename(old)
+        self.tmp.rename(self.root)
+        self.committed = True
+        if old.exists():
+            shutil.rmtree(old)
+
+    def drop(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._new_parent:
+            with contextlib.suppress(OSError):  # unless something else is there now
+                self.root.parent.rmdir()
+
+
 def write_tree(root: Path, files: Mapping[str, str]) -> None:
     """Replace `root` with exactly `files`: written beside it, then swapped in."""
-    tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    dirs = {os.path.dirname(p) for p in files}
-    for d in sorted(dirs):
-        (tmp / d).mkdir(parents=True, exist_ok=True)
-
-    def write(path: str) -> None:
-        target = tmp / path
-        target.write_text(files[path])
-        if path.endswith(".sh"):
-            target.chmod(0o755)
-
-    # A thousand nodes' scripts are tens of thousands of files: the writes wait on the disk,
-    # not on the interpreter, so a few run at once.
-    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        list(pool.map(write, files))
-    old = root.with_name(f".{root.name}.old-{os.getpid()}")
-    if root.exists():
-        root.rename(old)
-    tmp.rename(root)
-    if old.exists():
-        shutil.rmtree(old)
+    staging = Staging(root)
+    staging.write(files)
+    staging.commit()
 
 
 def sync_tree(root: Path, files: Mapping[str, str], current: Mapping[str, str]) -> int:

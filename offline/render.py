@@ -11,6 +11,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -94,7 +95,33 @@ def rendered_doc(res: Resource) -> dict[str, Any]:
     return doc
 
 
-def rendered_files(plan: Plan) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+@dataclass(frozen=True, slots=True)
+class Pieces:
+    """A resource's own parts of the files: its rendered document and text, and its row of
+    plan.json. Made as the resource arrives; the files are assembled once all have."""
+
+    res: Resource
+    doc: dict[str, Any]
+    text: str
+    row: str  # indented as plan.json holds it
+
+
+def pieces(res: Resource) -> Pieces:
+    doc = rendered_doc(res)
+    return Pieces(res, doc, to_yaml(doc), "    " + _enc(res.document()))
+
+
+def _pieces(plan: Plan, made: Mapping[str, Pieces]) -> dict[str, Pieces]:
+    """Each resource's pieces: as made, unless the resource was planned again since."""
+    out: dict[str, Pieces] = {}
+    for r in plan.resources:
+        p = made.get(r.urn)
+        out[r.urn] = p if p is not None and p.res is r else pieces(r)
+    return out
+
+
+def rendered_files(plan: Plan, made: Mapping[str, Pieces] | None = None
+                   ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     """`<layer>/<type slug>/<name>.yaml` per resource; URN-hash suffix only on a clash.
 
     Returns the texts and the documents they were made from (the diff needs both)."""
@@ -102,8 +129,9 @@ def rendered_files(plan: Plan) -> tuple[dict[str, str], dict[str, dict[str, Any]
         r.urn: f"{r.layer}/{type_slug(r.type)}/{safe_name(r.name)}.yaml" for r in plan.resources
     }
     paths = _dedupe(paths, {u: u for u in paths})
-    docs = {paths[r.urn]: rendered_doc(r) for r in plan.resources}
-    return {p: to_yaml(d) for p, d in docs.items()}, docs
+    each = _pieces(plan, made or {})
+    return ({paths[u]: p.text for u, p in each.items()},
+            {paths[u]: p.doc for u, p in each.items()})
 
 
 # ---------------------------------------------------------------- Kubernetes objects
@@ -248,19 +276,19 @@ def check_artifacts(artifacts: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def plan_json(plan: Plan) -> str:
+def _enc(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def plan_json(plan: Plan, made: Mapping[str, Pieces] | None = None) -> str:
     """One resource per line: readable and greppable, and written by the C JSON encoder
     (indent= would switch to the pure-Python one, seconds on 10k resources)."""
-
-    def enc(v: Any) -> str:
-        return json.dumps(v, sort_keys=True, ensure_ascii=False)
-
-    rows = ",\n".join("    " + enc(r.document()) for r in plan.resources)
+    rows = ",\n".join(p.row for p in _pieces(plan, made or {}).values())
     return (
         "{\n"
-        f'  "project": {enc(plan.project)},\n'
+        f'  "project": {_enc(plan.project)},\n'
         f'  "resources": [\n{rows}\n  ],\n'
-        f'  "stack": {enc(plan.stack)},\n'
+        f'  "stack": {_enc(plan.stack)},\n'
         f'  "summary": {to_json(plan.summary()).rstrip().replace(chr(10), chr(10) + "  ")}\n'
         "}\n"
     )

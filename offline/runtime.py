@@ -174,10 +174,12 @@ class RecordingMonitor(_mocks.MockMonitor):
 
     mocks: OfflineMocks  # whose ids are always strings
 
-    def __init__(self, mocks: OfflineMocks, disabled_default_providers: frozenset[str]) -> None:
+    def __init__(self, mocks: OfflineMocks, disabled_default_providers: frozenset[str],
+                 on_register: Callable[[Registration], None] | None = None) -> None:
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self._disabled = disabled_default_providers
+        self._on_register = on_register
         self._lock = threading.Lock()  # RPCs arrive on the SDK's executor threads
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
@@ -258,6 +260,8 @@ class RecordingMonitor(_mocks.MockMonitor):
         with self._lock:
             self.registrations.append(reg)
             self.resources[urn] = _mocks.MockMonitor.ResourceRegistration(urn, id_, state)
+            if self._on_register is not None:
+                self._on_register(reg)
         return resource_pb2.RegisterResourceResponse(
             urn=urn, id=id_ if reg.custom else "", object=obj
         )
@@ -357,9 +361,11 @@ def run_program(
     main: str = "__main__.py",
     timeout: float | None = None,
     deployed: bool = True,
+    on_register: Callable[[Registration], None] | None = None,
 ) -> RunResult:
     """Run the project's program once in this process (the Pulumi runtime is process-global).
-    `deployed`: as a preview of a stack `pulumi up` has built (False: its first preview)."""
+    `deployed`: as a preview of a stack `pulumi up` has built (False: its first preview);
+    `on_register` is handed each registration as it is made."""
     import pulumi
     from pulumi.runtime.stack import run_pulumi_func
 
@@ -380,7 +386,7 @@ def run_program(
     loop.set_exception_handler(on_loop_error)
 
     mocks = OfflineMocks(project_dir / "build", deployed, stack_config.stack)
-    monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config))
+    monitor = RecordingMonitor(mocks, _disabled_providers(stack_config.config), on_register)
     pulumi.runtime.set_mocks(
         mocks,
         project=stack_config.project,

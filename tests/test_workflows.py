@@ -172,8 +172,8 @@ def test_a_change_cannot_weaken_the_pack_that_judges_it(project: Path, weakened:
     elif weakened == "runner":  # the change's own preview runner skips the pack
         policy = project / "offline/policy.py"
         text = policy.read_text()
-        assert "\ndef run_policies(" in text
-        policy.write_text(text + "\n\ndef run_policies(*args, **kwargs):\n    return []\n")
+        assert "\ndef load_pack(" in text
+        policy.write_text(text + "\n\ndef load_pack(*args, **kwargs):\n    return None\n")
     else:  # the rule demoted to advisory in the change's own pack
         rules = project / "policies/gpu_guardrails/rules_bootstrap.py"
         text = rules.read_text()
