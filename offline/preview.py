@@ -367,13 +367,6 @@ class Staging:
                 self.root.parent.rmdir()
 
 
-def write_tree(root: Path, files: Mapping[str, str]) -> None:
-    """Replace `root` with exactly `files`: written beside it, then swapped in."""
-    staging = Staging(root)
-    staging.write(files)
-    staging.commit()
-
-
 def sync_tree(root: Path, files: Mapping[str, str], current: Mapping[str, str]) -> int:
     """Make `root` hold exactly `files` touching only what differs; returns files touched."""
     touched = 0

@@ -120,7 +120,7 @@ def _pieces(plan: Plan, made: Mapping[str, Pieces]) -> dict[str, Pieces]:
     return out
 
 
-def rendered_files(plan: Plan, made: Mapping[str, Pieces] | None = None
+def rendered_files(plan: Plan, made: Mapping[str, Pieces]
                    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     """`<layer>/<type slug>/<name>.yaml` per resource; URN-hash suffix only on a clash.
 
@@ -129,7 +129,7 @@ def rendered_files(plan: Plan, made: Mapping[str, Pieces] | None = None
         r.urn: f"{r.layer}/{type_slug(r.type)}/{safe_name(r.name)}.yaml" for r in plan.resources
     }
     paths = _dedupe(paths, {u: u for u in paths})
-    each = _pieces(plan, made or {})
+    each = _pieces(plan, made)
     return ({paths[u]: p.text for u, p in each.items()},
             {paths[u]: p.doc for u, p in each.items()})
 
@@ -280,10 +280,10 @@ def _enc(v: Any) -> str:
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
-def plan_json(plan: Plan, made: Mapping[str, Pieces] | None = None) -> str:
+def plan_json(plan: Plan, made: Mapping[str, Pieces]) -> str:
     """One resource per line: readable and greppable, and written by the C JSON encoder
     (indent= would switch to the pure-Python one, seconds on 10k resources)."""
-    rows = ",\n".join(p.row for p in _pieces(plan, made or {}).values())
+    rows = ",\n".join(p.row for p in _pieces(plan, made).values())
     return (
         "{\n"
         f'  "project": {_enc(plan.project)},\n'
