@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pulumi
 
-from components.blueprint import build
-from components.collector import tune_collector
-from components.config_types import ConfigError
-from components.deployed import guarded_exports
+from components.model.fields import ConfigError
 from components.planning import reboot
 from components.planning.kubeadm import endpoint
-from components.stack_config import load_config
+from components.wiring.blueprint import build
+from components.wiring.collector import tune_collector
+from components.wiring.deployed import guarded_exports
+from components.wiring.loading import load_config
 
 tune_collector()
 try:

@@ -2,8 +2,9 @@
 
 The floor is a child process that registers the same number of trivial ConfigMaps under the
 same mocks and monitor and does nothing else: what the Pulumi SDK alone costs. It runs twice:
-as is, and with the program's own garbage-collector settings (`components/collector.py`), so a
-reader can tell what the program saves by tuning the collector from what it costs per resource.
+as is, and with the program's own garbage-collector settings
+(`components/wiring/collector.py`), so a reader can tell what the program saves by tuning
+the collector from what it costs per resource.
 "Program" is the time the program runs under the mocks (the `program` phase of the preview); the
 whole preview adds rendering, policies, the diff and writing build/. Every run is a fresh child
 process; its peak RSS is the largest sum of its process tree's proportional resident memory
@@ -129,9 +130,9 @@ def _fitting_switch_facts(cluster: dict[str, Any]) -> None:
     """Keep the switch facts (GUIDs, addresses, host keys) of the switches the scaled fabric
     still has: the others name the original site's switches, which the config refuses. Every
     switch gets a host key (`host_key`)."""
-    from components.config_types import ConfigError
+    from components.model.fields import ConfigError
     from components.planning import placement
-    from components.stack_config import validate_cluster
+    from components.wiring.loading import validate_cluster
 
     fabric = cluster.get("fabric") or {}
     facts = {key: fabric.pop(key) for key in SWITCH_FACTS if key in fabric}
@@ -188,7 +189,7 @@ import pulumi_kubernetes as k8s
     k8s.core.v1.ConfigMap(f"cm-{{i:05d}}", data={{"k": "v"}})
 """
 # The program's collector settings, applied after the imports as `__main__.py` does.
-TUNE = "from components.collector import tune_collector\ntune_collector()\n"
+TUNE = "from components.wiring.collector import tune_collector\ntune_collector()\n"
 
 
 def synthetic_project(root: Path, count: int, tune: bool = False) -> Path:

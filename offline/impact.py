@@ -60,7 +60,8 @@ def _cables(moves: Iterable[CableMove], side: str) -> str:
     return ", ".join(f"{n} x {kind}" for kind, n in sorted(kinds.items()))
 
 
-# Kubeflow jobs the engine deletes and submits again on a changed spec (components/workloads.py).
+# Kubeflow jobs the engine deletes and submits again on a changed spec
+# (components/layers/workloads.py).
 JOB_TYPES = ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:kubeflow.org/v1:MPIJob")
 
 

@@ -133,9 +133,9 @@ class OfflineMocks(_mocks.Mocks):
         (`build/<stack>/outputs.json`), standing in for what `pulumi up` left in its state;
         none when it has no preview. A secret has no value offline: the kubeconfig stands in
         as one for the API server the stack says it runs (`site.apiEndpoint`)."""
-        # Its own outputs (what it deployed last, components/deployed.py) are none: build/ has
-        # its last preview's, not what is deployed, and the preview judges its refusals itself
-        # against the rendering of what is deployed (exit 4).
+        # Its own outputs (what it deployed last, components/wiring/deployed.py) are none:
+        # build/ has its last preview's, not what is deployed, and the preview judges its
+        # refusals itself against the rendering of what is deployed (exit 4).
         own = name.rpartition("/")[2] == self.stack
         path = self.build_dir / name.rpartition("/")[2] / OUTPUTS_FILE \
             if self.build_dir and not own else None

@@ -128,7 +128,7 @@ class Site:
         path = self.project / self.inventory
         if hosts is None or not path.is_file():
             return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-        from components.inventory import InventoryError, load_inventory
+        from components.model.inventory import InventoryError, load_inventory
 
         if self._facts is None:
             try:
@@ -173,7 +173,7 @@ def _own_hosts(cluster: Any, stack: str) -> list[str] | None:
     """The hostnames of a nodes part's own SUs, or None when they cannot be told from its
     ranges alone (a malformed config, an override moving a node): then the part's key reads
     the whole site."""
-    from components.config_nodes import NodeRange
+    from components.model.gpu_nodes_section import NodeRange
 
     try:
         gpu = cluster["gpuNodes"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from support.offline_project import make_offline_project
-from support.project import copy_repo, run_offline
+from support.project import copy_repo, run_offline, shared_prod
 
 if TYPE_CHECKING:
     from support.analyzer import Res
@@ -35,12 +35,8 @@ def project(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The prod stack rendered by the offline preview, in a copy of the repository (read only:
-    shared by every test that reads the rendering)."""
-    project = copy_repo(tmp_path_factory.mktemp("repo"))
-    out = run_offline(project, "preview")
-    # 0 = clean; 3 = a mandatory policy violation (reported by the policy tests, not here).
-    assert out.returncode in (0, 3), out.stdout + out.stderr
-    return project / "build" / "prod"
+    shared by every test, and every xdist worker, that reads the rendering)."""
+    return shared_prod(tmp_path_factory) / "build" / "prod"
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from components.config import Bmc
+from components.model.cluster import Bmc
 from components.planning.bmc import redfish_command
 
 PASSWORD = "s3cret-Bmc-pw"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from support.project import prod_raw
 
-from components import compat
-from components.config_types import ConfigError
-from components.stack_config import validate_cluster
+from components.model import compat
+from components.model.fields import ConfigError
+from components.wiring.loading import validate_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from support.project import prod_raw
 
-from components.config import Cluster, Partition
-from components.config_types import CLUSTER_KEY, ConfigError
-from components.stack_config import validate_cluster
+from components.model.cluster import Cluster, Partition
+from components.model.fields import CLUSTER_KEY, ConfigError
+from components.wiring.loading import validate_cluster
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "config"
@@ -876,8 +876,8 @@ def test_1024_nodes_take_their_hardware_facts_from_the_inventory(scale_cluster):
 
 def test_each_cross_field_check_is_named_and_runs_alone(prod, prod_cluster) -> None:
     """A problem names the check that found it, and that check alone finds it: the checks are
-    independent functions over the built model (config_checks.CHECKS)."""
-    from components.config_checks import CHECKS
+    independent functions over the built model (components/model/checks: CHECKS)."""
+    from components.model.checks import CHECKS
 
     assert all(re.fullmatch(r"[a-z]+(-[a-z]+)*", name) for name in CHECKS), list(CHECKS)
     assert all(list(check(prod_cluster)) == [] for check in CHECKS.values())

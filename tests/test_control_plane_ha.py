@@ -17,7 +17,7 @@ from support.project import REPO, run_offline
 from support.sandbox import Sandbox, unavailable
 
 from components.planning import host_scripts, kubeadm
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 VIP = "10.10.0.5"
 KEY = "gpu-cluster:cluster"

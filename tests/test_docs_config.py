@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from support.project import REPO
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 
 DOC = REPO / "docs" / "configuration.md"
 
@@ -69,7 +69,7 @@ def test_the_reference_names_no_key_the_model_lacks() -> None:
 
 
 def test_the_inventory_columns_are_documented() -> None:
-    from components.inventory import CSV_COLUMNS
+    from components.model.inventory import CSV_COLUMNS
 
     text = DOC.read_text()
     assert ",".join(CSV_COLUMNS) in text

@@ -127,7 +127,8 @@ def _first_up(dc: Datacentre) -> dict[str, Any]:
             "preview2": json.loads(again.stdout)}
 
 
-# The program reads what the stack deployed last from its own outputs (components/deployed.py):
+# The program reads what the stack deployed last from its own outputs
+# (components/wiring/deployed.py):
 # every engine preview reads it; the offline preview, which judges against the rendering of
 # what is deployed, plans no such read.
 OWN_OUTPUTS = (f"urn:pulumi:{STACK}::gpu-cluster::pulumi:pulumi:StackReference::"

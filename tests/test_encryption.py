@@ -9,7 +9,7 @@ import yaml
 from support.project import prod_raw
 
 from components.planning import kubeadm
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -39,7 +39,7 @@ from components.planning.fabric import (
 )
 from components.planning.fabric.sm_files import render_opensm_conf
 from components.planning.subnet_manager import sm_keys_conf, sm_restart_order, sm_role_wait
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

@@ -286,7 +286,7 @@ def test_the_stack_file_holds_no_secure_value_and_the_project_declares_every_sec
     """`secure: v1:placeholder:…` is no provider's ciphertext: the real CLI cannot read such a
     file. Secrets are declared in Pulumi.yaml (secret, no default), so the CLI refuses to run
     until `pulumi config set --secret` added each."""
-    from components.stack_config import SECRET_KEYS
+    from components.wiring.loading import SECRET_KEYS
     stack = (REPO / "Pulumi.prod.yaml").read_text()
     assert "secure:" not in stack
     declared = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]

@@ -30,9 +30,9 @@ from support.sandbox import (
     unavailable,
 )
 
-from components.config_types import CLUSTER_KEY
+from components.model.fields import CLUSTER_KEY
 from components.planning import host_scripts
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 CLUSTER = prod_cluster()
 SCRIPTS = prod_scripts()

@@ -33,7 +33,7 @@ from support.sandbox import (
     unavailable,
 )
 
-from components.config_types import CLUSTER_KEY
+from components.model.fields import CLUSTER_KEY
 from components.planning import host_scripts, kubeadm, kubelet_serving
 from components.planning.subnet_manager import (
     sm_apply_script,

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.inventory import (
+from components.model.inventory import (
     CSV_COLUMNS,
     Inventory,
     InventoryError,

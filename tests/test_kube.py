@@ -12,7 +12,7 @@ from support.project import REPO
 PROGRAM = """
 import pulumi
 import pulumi_kubernetes as k8s
-from components.kube import KustomizeDirectory
+from components.layers.kube import KustomizeDirectory
 
 class Provider(pulumi.runtime.Mocks):
     def new_resource(self, args):

@@ -18,10 +18,10 @@ import yaml
 from support.project import prod_raw, run_offline
 from support.sandbox import Sandbox, unavailable
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning import upgrade
 from components.planning.labels import SU_LABEL
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 from offline.runbook import batch_words, upgrade_lanes
 
 REPO = Path(__file__).resolve().parent.parent

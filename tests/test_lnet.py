@@ -25,9 +25,9 @@ from support.sandbox import (
     unavailable,
 )
 
-from components.config_types import CLUSTER_KEY, ConfigError
+from components.model.fields import CLUSTER_KEY, ConfigError
 from components.planning import host_scripts, lnet
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 
 @pytest.fixture(scope="module")

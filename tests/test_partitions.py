@@ -15,12 +15,12 @@ import copy
 import pytest
 from support.project import REPO, prod_raw
 
-from components.config_types import ConfigError
+from components.model.fields import ConfigError
 from components.planning import placement
 from components.planning.fabric import PlanError, plan_fabric
 from components.planning.fabric.model import FabricSpec, Partition
 from components.planning.fabric.sm_files import render_partitions
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 
 def _with_partitions(*parts: dict, storage_servers: bool = False) -> dict:

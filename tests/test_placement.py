@@ -14,7 +14,7 @@ import functools
 import pytest
 from support.project import REPO, prod_raw
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning import (
     acceptance,
     inference,
@@ -29,7 +29,7 @@ from components.planning import (
 )
 from components.planning.labels import GPU_NODE_TERM
 from components.planning.scheduling import fits, homes, tolerates
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 
 @functools.cache

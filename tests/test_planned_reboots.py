@@ -24,7 +24,7 @@ from support.sandbox import (
     unavailable,
 )
 
-from components.config_types import CLUSTER_KEY
+from components.model.fields import CLUSTER_KEY
 from components.planning import host_scripts, reboot
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")

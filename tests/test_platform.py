@@ -23,11 +23,11 @@ import yaml
 from support.project import prod_raw, run_offline
 from support.sandbox import DGX_H100_RAIL_NETDEVS
 
-from components.compat import TRAINING_OPERATOR_COMMITS
-from components.config import Cluster
-from components.config_types import ConfigError
+from components.model.cluster import Cluster
+from components.model.compat import TRAINING_OPERATOR_COMMITS
+from components.model.fields import ConfigError
 from components.planning import platform, rdma, training_operator
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -529,7 +529,7 @@ def test_calico_finds_each_node_on_the_management_network(raw) -> None:
 def test_every_accepted_network_operator_release_renders() -> None:
     """A release the config accepts (compat.NETWORK_OPERATOR_K8S) must render, pinned to its own
     images, never crash the preview for want of an image-table entry."""
-    from components.compat import NETWORK_OPERATOR_K8S
+    from components.model.compat import NETWORK_OPERATOR_K8S
 
     for release in NETWORK_OPERATOR_K8S:
         raw = prod_raw()

@@ -32,10 +32,10 @@ from support.sandbox import (
     unavailable,
 )
 
-from components.config import Cluster
-from components.config_nodes import DataDrives
-from components.config_types import CLUSTER_KEY
-from components.gpu_nodes import GpuNode
+from components.model.cluster import Cluster
+from components.model.fields import CLUSTER_KEY
+from components.model.gpu_nodes import GpuNode
+from components.model.gpu_nodes_section import DataDrives
 from components.planning import host_scripts
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")

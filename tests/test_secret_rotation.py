@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support.project import prod_raw, run_offline
 from support.sandbox import Sandbox, unavailable
 
-from components.config_types import ConfigError
+from components.model.fields import ConfigError
 from components.planning.ssh_keys import authorized_keys_script, fingerprint
-from components.stack_config import (
+from components.wiring.loading import (
     fabric_key_problems,
     password_problems,
     ssh_key_problem,

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from support.project import REPO, prod_raw
 
-from components.config_types import CLUSTER_KEY, ConfigError
+from components.model.fields import CLUSTER_KEY, ConfigError
+from components.model.site import SITE_KEY, stack_cluster
 from components.planning import site_facts
-from components.site import SITE_KEY, stack_cluster
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 CORE = "organization/gpu-cluster/site-core"
 PARTS = {"site-su1": {"part": "nodes", "sus": [1]}, "site-platform": {"part": "platform"},

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support.project import REPO, run_offline
 
 from components.planning import placement
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 from offline import site as offline_site
 from offline.bench import scale_gpu_nodes
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from support.project import prod_raw
 
-from components.config import Cluster
-from components.config_types import CLUSTER_KEY, ConfigError
+from components.model.cluster import Cluster
+from components.model.fields import CLUSTER_KEY, ConfigError
 from components.planning import host_scripts, labels, namespaces, storage
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -35,8 +35,8 @@ from support.stack_edits import (
     storage_port_rows,
 )
 
-from components.config import Cluster
-from components.config_types import CLUSTER_KEY, ConfigError
+from components.model.cluster import Cluster
+from components.model.fields import CLUSTER_KEY, ConfigError
 from components.planning import host_scripts, lnet, placement
 from components.planning.fabric import (
     FabricNode,
@@ -53,7 +53,7 @@ from components.planning.fabric import (
     verify_plan,
 )
 from components.planning.fabric.render import render_fabric_files
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 FULL = 0x8000
 STORAGE_PKEY = 0x0A02

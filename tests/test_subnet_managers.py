@@ -15,7 +15,7 @@ from support.project import REPO, prod_raw
 
 from components.planning import placement
 from components.planning.subnet_manager import sm_apply_script, sm_restart_order
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 FILES = {"/etc/opensm/opensm.conf": "sm_priority 15\n"}
 

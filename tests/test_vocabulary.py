@@ -12,7 +12,7 @@ from pathlib import Path
 
 from support.project import REPO
 
-from components import pack_data
+from components.model import pack_data
 from components.planning import acceptance_run, labels
 from offline import acceptance
 

@@ -150,7 +150,7 @@ def test_codeowners_guard_everything_that_runs_with_production_secrets() -> None
              if line.strip() and not line.startswith("#")]
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.split()
-    for must in ("__main__.py", "Makefile", "requirements.txt", "components/blueprint.py",
+    for must in ("__main__.py", "Makefile", "requirements.txt", "components/wiring/blueprint.py",
                  "offline/cli.py", "policies/policy-config.prod.json", "Pulumi.prod.yaml",
                  ".github/workflows/main.yml", "tools/set-stack-secrets.sh"):
         assert must in tracked, must

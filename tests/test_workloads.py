@@ -16,8 +16,8 @@ import pytest
 import yaml
 from support.stack_edits import prod_with_rows
 
-from components.config import Cluster
-from components.config_types import CLUSTER_KEY
+from components.model.cluster import Cluster
+from components.model.fields import CLUSTER_KEY
 from components.planning import (
     acceptance,
     inference,
@@ -29,7 +29,7 @@ from components.planning import (
     volcano,
     workloads,
 )
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 REF = PROJECT_DIR.parent / "shared" / "ref"

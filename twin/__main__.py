@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.acceptance import gpu_node_sus
 from components.planning.namespaces import (
     inference_namespaces,
@@ -34,7 +34,7 @@ from components.planning.namespaces import (
 from components.planning.nodes import planned_nodes
 from components.planning.training_operator import training_operator_kustomization
 from components.planning.workloads import largest_su, su_label_key
-from components.stack_config import validate_cluster
+from components.wiring.loading import validate_cluster
 from offline.stackconfig import load_stack_config
 
 from . import checks

@@ -10,7 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
-from components.config import Cluster, NcclTest
+from components.model.cluster import Cluster, NcclTest
 from components.planning import acceptance_run, nccl
 from components.planning.labels import UNTESTED_LABEL
 from components.planning.script_files import body, single_quoted, template

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from components.config import Bmc
+from components.model.cluster import Bmc
 
 
 def redfish_settings(bmc: Bmc) -> dict[str, str]:

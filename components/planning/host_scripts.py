@@ -13,15 +13,15 @@ from ipaddress import ip_address
 from textwrap import dedent
 from typing import Literal
 
-from components.config import AptSource, Cluster, Host
-from components.gpu_nodes import GpuNode
-from components.planning import lnet, platform, reboot
-from components.planning.script_files import body, single_quoted
-from components.tunables import (
+from components.model.cluster import AptSource, Cluster, Host
+from components.model.gpu_nodes import GpuNode
+from components.model.tunables import (
     KUBELET_SYSCTLS,
     POD_NETWORK_MODULES,
     POD_NETWORK_SYSCTLS,
 )
+from components.planning import lnet, platform, reboot
+from components.planning.script_files import body, single_quoted
 
 HEADER = """\
 #!/usr/bin/env bash

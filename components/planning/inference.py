@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from textwrap import dedent
 
-from components.config import Cluster, InferenceService
+from components.model.cluster import Cluster, InferenceService, mount_root
 from components.planning import namespaces
 from components.planning.labels import gpu_toleration
 from components.planning.storage import claim_name
 from components.planning.workloads import (
     VOLCANO,
     claim_volumes,
-    mount_root,
     shm_volume,
     tested_nodes_only,
 )

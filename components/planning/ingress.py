@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 
 INGRESS_POOL = "ingress"  # MetalLB IPAddressPool ingress-nginx's Service draws from
 CLUSTER_ISSUER = "cluster-ca"  # cert-manager ClusterIssuer Ingresses name for their TLS

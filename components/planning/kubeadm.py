@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from components.config import Cluster, Host
-from components.gpu_nodes import GpuNode
+from components.model.cluster import Cluster, Host
+from components.model.gpu_nodes import GpuNode
+from components.model.tunables import KUBELET_EVICTION_HARD
 from components.planning import kubelet_serving
 from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, UNTESTED_LABEL, node_label
 from components.planning.script_files import template
-from components.tunables import KUBELET_EVICTION_HARD
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 
 SIGNER = "kubernetes.io/kubelet-serving"
 APPROVER_USER = "gpu-cluster:kubelet-serving-approver"

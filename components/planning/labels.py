@@ -3,7 +3,7 @@ the policy pack reads back are its vocabulary's (policies/gpu_guardrails/vocabul
 
 from __future__ import annotations
 
-from components import pack_data
+from components.model import pack_data
 
 _VOCABULARY = pack_data.load("vocabulary")
 LABEL_PREFIX: str = _VOCABULARY.LABEL_PREFIX

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from components.config import Cluster
-    from components.gpu_nodes import GpuNode
+    from components.model.cluster import Cluster
+    from components.model.gpu_nodes import GpuNode
 
 # Policy routing: rail r's addresses use table RAIL_TABLE_BASE + r (ip rule "from <addr>").
 RAIL_TABLE_BASE = 100

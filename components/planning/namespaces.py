@@ -4,7 +4,7 @@ classes of their work (pure).
 
 from __future__ import annotations
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.labels import LABEL_PREFIX
 
 # The admission policy that admits RDMA pods in training namespaces (planning/pod_security.py).

@@ -4,7 +4,7 @@ networks (pure).
 
 from __future__ import annotations
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.namespaces import inference_namespaces, training_namespaces
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning import kubeadm, placement, rdma
 from components.planning.labels import CONTROL_PLANE_LABEL, CONTROL_PLANE_TAINT, GPU_TAINT
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import weakref
 
-from components.config import Cluster, SubnetManager
-from components.gpu_nodes import GpuNode
+from components.model.cluster import Cluster, SubnetManager
+from components.model.gpu_nodes import GpuNode
 from components.planning.fabric.model import (
     FabricNode,
     FabricPlan,
@@ -93,13 +93,6 @@ def _fabric_node(n: GpuNode) -> FabricNode:
     return FabricNode(hostname=n.hostname, su=n.su, slot=n.slot, rack=n.rack,
                       ports=tuple(HcaPort(rail=r.index, hca=r.hca, port_guid=r.port_guid)
                                   for r in n.rails))
-
-
-def plans_fabric(cluster: Cluster) -> bool:
-    """Whether this stack needs the whole fabric plan: the core part (its switches and subnet
-    managers) and the platform (its HyperNodes), or an unsplit stack. A nodes part names its
-    nodes' leaves (`owned_rail_leaves`); the workloads part needs neither."""
-    return cluster.split is None or cluster.split.part in ("core", "platform")
 
 
 def owned_rail_leaves(cluster: Cluster, nodes: tuple[GpuNode, ...]

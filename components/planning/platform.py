@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from components.config import Chart, ChartSource, Cluster, GpuOperator, Platform
+from components.model.cluster import Chart, ChartSource, Cluster, GpuOperator, Platform
 from components.planning import system_spread
 from components.planning.ingress import INGRESS_POOL
 from components.planning.rdma import adapter_rules

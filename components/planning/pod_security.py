@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.namespaces import RDMA_POLICY, training_namespaces
 
 # Pod Security "baseline" (kubernetes.io/docs/concepts/security/pod-security-standards/) as CEL,

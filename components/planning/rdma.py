@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components.compat import NETWORK_OPERATOR_RELEASES
-from components.config import Cluster
+from components.model.cluster import Cluster
+from components.model.compat import NETWORK_OPERATOR_RELEASES
+from components.model.tunables import PER_NODE_BLOCK
 from components.planning.labels import GPU_NODE_TERM, gpu_toleration
 
 RDMA_NETWORK = "ib-rail0"  # the IPoIB attachment pods use for NCCL's bootstrap socket
 POD_RDMA_INTERFACE = "net1"  # Multus names the first extra interface net1
 CONNECTX7_DEVICE_ID = "1021"
 MELLANOX_VENDOR = "15b3"
-PER_NODE_BLOCK = 64  # pod addresses per node on the RDMA network (8 GPU pods at most, + slack)
 
 
 def rdma_resource(cluster: Cluster) -> str:

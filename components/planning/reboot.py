@@ -4,7 +4,8 @@ Host preparation stages what only a boot applies: kernel arguments, an initramfs
 nouveau, the OS's own interface names back after a rename; a host-owned GPU driver other than
 the pinned release is installed by the reboot step itself, once the node is drained (a driver's
 libraries replaced under running GPU pods would not match the loaded module). `pulumi up` then
-takes every GPU node whose boot settings changed through four commands (components/bootstrap.py):
+takes every GPU node whose boot settings changed through four commands
+(components/layers/bootstrap.py):
 
   drain (control plane)  take the cluster-wide reboot lock, cordon, drain: only when the node is
                          a cluster member and its preparation said a reboot is required
@@ -27,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from components.gpu_nodes import GpuNode
+from components.model.gpu_nodes import GpuNode
 from components.planning.script_files import template
 
 # What the nouveau blacklist file holds; a change needs a new initramfs and a boot.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.kubeadm import endpoint
 from components.planning.ssh_keys import fingerprint
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from components.config import Cluster
-from components.gpu_nodes import GpuNode
+from components.model.cluster import Cluster
+from components.model.gpu_nodes import GpuNode
 from components.planning.kubeadm import endpoint
 
 

@@ -16,11 +16,6 @@ from components.planning.script_files import template
 STATE = "/var/lib/gpu-cluster/ssh-keys"  # the keys this stack authorised last time
 
 
-def key_id(public_key: str) -> str:
-    """`<type> <base64>`: the key without its comment (what sshd matches on)."""
-    return " ".join(public_key.split()[:2])
-
-
 def fingerprint(public_key: str) -> str:
     """OpenSSH's fingerprint (`ssh-keygen -lf`): SHA256:<unpadded base64 of the key blob>."""
     blob = base64.b64decode(public_key.split()[1])

@@ -6,7 +6,7 @@ dataset or a checkpoint. The component layer adds Pulumi `protect` to checkpoint
 
 from __future__ import annotations
 
-from components.config import Cluster, LustreCsi, LustreFilesystem
+from components.model.cluster import Cluster, LustreCsi, LustreFilesystem
 from components.planning.labels import GPU_TAINT, LABEL_PREFIX, PURPOSE_LABEL, ROLE_LABEL
 
 CSI_DRIVER = "lustre-csi.hpe.com"

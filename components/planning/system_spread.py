@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 
 COREDNS_SELECTOR = {"k8s-app": "kube-dns"}  # kubeadm's CoreDNS pods and its kube-dns Service
 COREDNS_REPLICAS = 2  # kubeadm's CoreDNSReplicas

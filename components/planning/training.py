@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import Cluster, TrainingJob
+from components.model.cluster import Cluster, TrainingJob, mount_root
 from components.planning.storage import claim_name
 from components.planning.workloads import (
     claim_volumes,
     gpu_pod_spec,
-    mount_root,
     mpi_launcher,
     mpirun_command,
     nccl_env,

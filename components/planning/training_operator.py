@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from components.compat import (
+from components.model.compat import (
     TRAINING_OPERATOR_COMMITS,
     training_operator_pin_fix,
     training_operator_unpinned,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.host_scripts import kube_pkg_version
 from components.planning.script_files import body, template
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning.fabric.model import FabricPlan
 from components.planning.labels import LABEL_PREFIX
 

@@ -19,7 +19,7 @@ import json
 import shlex
 from typing import Any
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning import labels, namespaces, rdma
 
 EXCEPTIONS_ANNOTATION = "gpucluster.io/pod-security-exceptions"
@@ -85,10 +85,6 @@ def shm_volume(size: str) -> dict:
 def claim_volumes(claims: dict[str, str]) -> list[dict]:
     return [{"name": name, "persistentVolumeClaim": {"claimName": claim}}
             for name, claim in claims.items()]
-
-
-def mount_root(path: str) -> str:
-    return "/" + path.strip("/").split("/")[0]
 
 
 def whole_node_resources(cluster: Cluster, gpus: int, cpu: int | str, memory: str) -> dict:

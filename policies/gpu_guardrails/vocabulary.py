@@ -1,6 +1,6 @@
 """Names the stack gives what it builds and the pack reads back: the labels on nodes and
 objects. The pack owns them, because the CLI runs it from policies/ alone; the stack loads this
-file by path (components/pack_data.py), so a name is spelled once for both."""
+file by path (components/model/pack_data.py), so a name is spelled once for both."""
 
 # The prefix of the stack's own labels and annotations on objects.
 LABEL_PREFIX = "gpucluster.io"

@@ -27,7 +27,7 @@ from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
 from offline.normalize import UNKNOWN as PLAN_UNKNOWN
-from support.project import REPO, copy_repo
+from support.project import REPO, shared_prod
 
 if str(REPO / "policies") not in sys.path:
     sys.path.insert(0, str(REPO / "policies"))
@@ -191,11 +191,9 @@ _PROD: dict[str, Any] = {}
 
 
 def recorded_prod(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Res]]:
-    """One offline preview of a copy of the repo per test session (shared by the modules)."""
+    """The run's one offline preview of prod (`shared_prod`), as engine-shaped resources."""
     if "project" not in _PROD:
-        project = copy_repo(tmp_path_factory.mktemp("policy") / "repo")
-        proc = offline_preview(project)
-        assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+        project = shared_prod(tmp_path_factory)
         _PROD["project"] = project
         _PROD["plan"] = plan_resources(project)
     return _PROD["project"], _PROD["plan"]

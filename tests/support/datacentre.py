@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from components.config import Cluster
-from components.stack_config import validate_cluster
+from components.model.cluster import Cluster
+from components.wiring.loading import validate_cluster
 from e2e.guard import endpoints, outside
 from e2e.keys import make_keys
 from e2e.redfish import certificates

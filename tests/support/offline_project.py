@@ -1,6 +1,7 @@
 """A tiny stand-in Pulumi project that follows the program contract (Pulumi.yaml,
-Pulumi.prod.yaml, components.config.ConfigError, `cluster.artifacts`), so the offline runner is
-tested independently of the real components (the `offline_project` fixture)."""
+Pulumi.prod.yaml, a ConfigError from a `components.` module, `cluster.artifacts`), so the
+offline runner is tested independently of the real components (the `offline_project`
+fixture)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def _replace(project: Path, relpath: str, old: str, new: str) -> None:
 
 def old_vllm_from_mirror(project: Path) -> None:
     """The inference image from another registry, a vLLM release below the floor
-    (components/compat.py VLLM_FLOOR)."""
+    (components/model/compat.py VLLM_FLOOR)."""
     def change(cluster: dict[str, Any]) -> None:
         cluster["workloads"]["inference"][0]["image"] = (
             "registry.example.com/mirror/vllm-openai:v0.6.3")

@@ -4,6 +4,7 @@ to preview changes in, and the offline runner in a fresh interpreter."""
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import os
 import shutil
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 # tests/support/project.py -> the repository root.
@@ -45,6 +47,25 @@ def run_offline(project: Path, *args: str, hashseed: str = "0"
         [sys.executable, "-m", "offline", *args, "--project-dir", str(project)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
+
+
+def shared_prod(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of this repository with prod rendered by one offline preview per test run, shared
+    by every xdist worker (the first to take the lock renders it; read only)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, above each worker's own
+    project, verdict = root / "prod-rendered", root / "prod-rendered.verdict"
+    with open(root / "prod-rendered.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not verdict.exists():
+            copy_repo(project)
+            out = run_offline(project, "preview", "--stack", "prod", "--quiet")
+            verdict.write_text(f"{out.returncode}\n{out.stdout}{out.stderr}")
+    code, _, log = verdict.read_text().partition("\n")
+    # 0 = clean; 3 = a mandatory policy violation (reported by the policy tests, not here).
+    assert int(code) in (0, 3), log
+    return project
 
 
 def copy_deployed(dst: Path, stack: str = "prod") -> Path:

@@ -1523,7 +1523,7 @@ def dgx_h100(sb: Sandbox, *, data_array: bool = True, missing: Iterable[str] = (
     return drives
 
 
-# --- the prod stack's scripts, rendered the way components/blueprint.py renders them ----------
+# --- the prod stack's scripts, rendered the way components/wiring/blueprint.py renders them --
 
 
 @functools.cache
@@ -1535,7 +1535,7 @@ def _prod_macs() -> dict[str, str]:
 def prod_cluster():
     import yaml
 
-    from components.stack_config import validate_cluster
+    from components.wiring.loading import validate_cluster
 
     raw = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
     return validate_cluster(raw["gpu-cluster:cluster"], REPO)
@@ -1543,7 +1543,7 @@ def prod_cluster():
 
 def prod_scripts() -> dict[str, str]:
     """`<host>/<name>.sh` -> text: every script `offline preview` writes under scripts/."""
-    from components.config_types import CLUSTER_KEY
+    from components.model.fields import CLUSTER_KEY
     from components.planning import (
         acceptance,
         host_scripts,

@@ -43,7 +43,7 @@ def render_baseline(project: Path) -> None:
 def prod_with_rows(directory: Path, edit: Callable[[list[dict[str, str]]], None]) -> Any:
     """Prod validated with its inventory rows (dicts by column) as `edit` leaves them, the
     edited file written under `directory`."""
-    from components.stack_config import validate_cluster
+    from components.wiring.loading import validate_cluster
 
     raw = prod_raw()
     rows = list(csv.DictReader((REPO / raw["inventoryFile"]).open()))

@@ -11,10 +11,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components.hardware import BareMetalNode
-from components.kube import cluster_provider
+from components.layers.hardware import BareMetalNode
+from components.layers.kube import cluster_provider
+from components.layers.remote import remote_command
 from components.planning import kubeadm, reboot
-from components.remote import remote_command
 
 # Commands whose stdout carries a credential: kept secret in state and never logged.
 QUIET = command.remote.Logging.NONE

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from components.config_types import (
+from components.model.fields import (
     DnsLabel,
     DriveModel,
     DriveSizeTb,
@@ -22,7 +22,7 @@ from components.config_types import (
     empty_read_only,
     read_only,
 )
-from components.tunables import GPU_NODE_KERNEL_ARGS
+from components.model.tunables import GPU_NODE_KERNEL_ARGS
 
 
 class GpuSpec(Model):

@@ -47,3 +47,8 @@ POD_NETWORK_MODULES = "overlay br_netfilter"
 # below these (Kubernetes' own defaults are 100Mi and 10%: 2 GiB leaves room for the GPU
 # driver's and NCCL's pinned host memory).
 KUBELET_EVICTION_HARD = {"memory.available": "2Gi", "nodefs.available": "10%"}
+
+# ---------------------------------------------------------------- RDMA network
+
+# Pod addresses nv-ipam hands each node on the RDMA network: 8 GPU pods at most, and slack.
+PER_NODE_BLOCK = 64

@@ -21,8 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from components.config_nodes import GpuNodes
-from components.config_types import (
+from components.model.fields import (
     K8S_VERSION,
     Cidr,
     DnsLabel,
@@ -40,8 +39,9 @@ from components.config_types import (
     empty_read_only,
     read_only,
 )
-from components.gpu_nodes import GpuNode, NodeExpansion, expand_nodes
-from components.inventory import Inventory
+from components.model.gpu_nodes import GpuNode, NodeExpansion, expand_nodes
+from components.model.gpu_nodes_section import GpuNodes
+from components.model.inventory import Inventory
 
 # The validation context key `validate_cluster` passes the loaded inventory under.
 INVENTORY = "inventory"
@@ -524,6 +524,11 @@ class Split(Model):
     # which reads the platform's published facts) the platform part's stack.
     kubernetes_stack: str | None = Field(None, pattern=QUALIFIED_STACK)
     platform_stack: str | None = Field(None, pattern=QUALIFIED_STACK)
+
+
+def mount_root(path: str) -> str:
+    """Where a job mounts the volume a path lies on: its first directory."""
+    return "/" + path.strip("/").split("/")[0]
 
 
 class Cluster(Model):

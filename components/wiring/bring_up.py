@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from components.config import Cluster, SubnetManager
-from components.fabric import InfinibandFabric
-from components.gpu_nodes import GpuNode
-from components.hardware import Hardware
+from components.layers.fabric import InfinibandFabric
+from components.layers.hardware import Hardware
+from components.layers.platform import Platform
+from components.layers.storage import Storage
+from components.layers.workloads import Workload
+from components.model.cluster import Cluster, SubnetManager
+from components.model.gpu_nodes import GpuNode
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import report_lines as fabric_report
-from components.platform import Platform
-from components.storage import Storage
-from components.workloads import Workload
 
 
 class Built(Protocol):

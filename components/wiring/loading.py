@@ -15,16 +15,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from components.config import INVENTORY, Cluster, SwitchFacts
-from components.config_checks import semantic_problems
-from components.config_errors import pydantic_problems
-from components.config_types import PROJECT, ConfigError, Problem
-from components.inventory import InventoryError, load_inventory
-from components.planning import placement
+from components.model.checks import semantic_problems
+from components.model.cluster import INVENTORY, Cluster, SwitchFacts
+from components.model.errors import pydantic_problems
+from components.model.fields import PROJECT, ConfigError, Problem, key_id
+from components.model.inventory import InventoryError, load_inventory
+from components.model.parts import builds, owned_nodes
+from components.model.site import SITE_KEY, stack_cluster
+from components.planning import lnet, placement
 from components.planning.fabric import FabricPlan, PlanError
-from components.planning.ssh_keys import fingerprint, key_id, public_key_of
-from components.platform_sources import source_problems
-from components.site import SITE_KEY, stack_cluster
+from components.planning.ssh_keys import fingerprint, public_key_of
+from components.wiring.platform_sources import source_problems
 
 
 def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> Cluster:
@@ -49,20 +50,20 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
                                        message.rstrip("."), fix.rstrip(".") or
                                        "correct the file as described")]) from None
         cluster = Cluster.model_validate(raw, context={INVENTORY: inventory})
-    problems = [*semantic_problems(cluster), *source_problems(cluster, project_dir)]
+    problems = [*semantic_problems(cluster), *_lnet_problems(cluster),
+                *source_problems(cluster, project_dir)]
     if problems:
         raise ConfigError(problems)
     # A config the fabric cannot be planned from (e.g. too many rails per leaf) is a config
     # error too: planned here, before anything is registered, and kept for the program. A
     # nodes part names only its own nodes' leaves (the core plans the fabric).
-    if placement.plans_fabric(cluster):
+    if builds(cluster).fabric_plan:
         if problems := _fabric_problems(cluster):
             raise ConfigError(problems)
         return cluster
     try:
-        if cluster.split is not None and cluster.split.part == "nodes":
-            placement.owned_rail_leaves(cluster, tuple(
-                n for n in cluster.nodes if n.su in cluster.split.sus))
+        if builds(cluster).nodes == "own SUs":
+            placement.owned_rail_leaves(cluster, owned_nodes(cluster))
     except PlanError as err:
         raise ConfigError([Problem(err.path, err.value, err.message, err.fix)]) from None
     return cluster
@@ -70,6 +71,12 @@ def validate_cluster(raw: Mapping[str, Any], project_dir: Path = Path(".")) -> C
 
 # A pinned grouping the planner refuses, and the field that pins it: unpinned, it is derived.
 _PINS = {"fabric.railsPerLeaf": "rails_per_leaf", "fabric.spines": "spines"}
+
+
+def _lnet_problems(cluster: Cluster) -> list[Problem]:
+    """The driver model the host Lustre client needs, and the LNet addresses the plan hands out
+    (`planning/lnet.py`)."""
+    return [Problem(*p, check="lustre-lnet") for p in lnet.config_problems(cluster)]
 
 
 def _fabric_problems(cluster: Cluster) -> list[Problem]:

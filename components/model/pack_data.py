@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-PACK = Path(__file__).resolve().parents[1] / "policies" / "gpu_guardrails"
+PACK = Path(__file__).resolve().parents[2] / "policies" / "gpu_guardrails"
 
 
 def load(name: str) -> ModuleType:

@@ -27,7 +27,7 @@ class Problem:
     value: Any
     message: str
     fix: str
-    check: str = ""  # the cross-field check that found it (config_checks.CHECKS), if one did
+    check: str = ""  # the cross-field check that found it (checks.CHECKS), if one did
     key: str = CLUSTER_KEY  # the stack config key the path is in
 
     def render(self) -> str:
@@ -47,6 +47,11 @@ class ConfigError(Exception):
         lines = [f"Invalid stack config: {len(problems)} problem(s); nothing was registered."]
         lines += [p.render() for p in problems]
         super().__init__("\n".join(lines))
+
+
+def key_id(public_key: str) -> str:
+    """`<type> <base64>`: an SSH public key without its comment (what sshd matches on)."""
+    return " ".join(public_key.split()[:2])
 
 
 # ---------------------------------------------------------------- field types

@@ -8,8 +8,8 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
+from components.layers.remote import connection, remote_command
 from components.planning import reboot
-from components.remote import connection, remote_command
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from components.config import Cluster
-from components.config_types import Problem
+from components.model.cluster import Cluster
+from components.model.fields import Problem
 from components.planning.platform import archive_name, chart_paths, helm_releases
 from components.planning.training_operator import VENDORED_TRAINING_OPERATOR
 

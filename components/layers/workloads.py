@@ -11,9 +11,9 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components.kube import apply
+from components.layers.kube import apply
+from components.layers.remote import remote_command
 from components.planning.workloads import POLICY_SUPPRESS_ANNOTATION
-from components.remote import remote_command
 
 
 @dataclass(frozen=True)

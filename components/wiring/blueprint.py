@@ -14,17 +14,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import bring_up, site_link
-from components.bootstrap import (
+from components.layers.bootstrap import (
     ControlPlaneHost,
     KubeadmCluster,
     KubeadmClusterArgs,
     KubernetesUpgrade,
     PlannedReboot,
 )
-from components.config import Cluster
-from components.config_types import CLUSTER_KEY
-from components.fabric import (
+from components.layers.fabric import (
     COMPUTE_FABRIC_TYPE,
     STORAGE_FABRIC_TYPE,
     FabricArgs,
@@ -32,9 +29,16 @@ from components.fabric import (
     SubnetManagerArgs,
     SwitchArgs,
 )
-from components.gpu_nodes import GpuNode
-from components.hardware import BareMetalNodeArgs, Hardware
-from components.kube import cluster_provider
+from components.layers.hardware import BareMetalNodeArgs, Hardware
+from components.layers.kube import cluster_provider
+from components.layers.platform import Platform, PlatformArgs
+from components.layers.remote import connection
+from components.layers.storage import Storage, StorageArgs
+from components.layers.workloads import AcceptanceGate, ControlPlaneSetup, Workload, WorkloadArgs
+from components.model import parts
+from components.model.cluster import Cluster
+from components.model.fields import CLUSTER_KEY
+from components.model.gpu_nodes import GpuNode
 from components.planning import (
     acceptance,
     bmc,
@@ -67,11 +71,8 @@ from components.planning.subnet_manager import (
     sm_rejoin_script,
     sm_restart_order,
 )
-from components.platform import Platform, PlatformArgs
-from components.remote import connection
-from components.stack_config import Secrets
-from components.storage import Storage, StorageArgs
-from components.workloads import AcceptanceGate, ControlPlaneSetup, Workload, WorkloadArgs
+from components.wiring import bring_up, site_link
+from components.wiring.loading import Secrets
 
 
 @dataclass
@@ -114,21 +115,7 @@ class Blueprint:
 
     @property
     def owned_nodes(self) -> tuple[GpuNode, ...]:
-        return _owned_nodes(self.cluster)
-
-
-def _builds(cluster: Cluster, *parts: str) -> bool:
-    """Whether this stack builds any of `parts` (an unsplit stack builds everything)."""
-    return cluster.split is None or cluster.split.part in parts
-
-
-def _owned_nodes(cluster: Cluster) -> tuple[GpuNode, ...]:
-    """The GPU nodes this stack manages: all of them, or a split nodes stack's SUs."""
-    if cluster.split is None:
-        return cluster.nodes
-    if cluster.split.part != "nodes":
-        return ()
-    return tuple(n for n in cluster.nodes if n.su in cluster.split.sus)
+        return parts.owned_nodes(self.cluster)
 
 
 Artifacts = dict[str, str]  # relative path under build/<stack>/ -> text
@@ -137,14 +124,15 @@ Artifacts = dict[str, str]  # relative path under build/<stack>/ -> text
 def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
     """Every layer, or one part of a split site (`split`): core (hosts, fabric, control
     plane), nodes (the GPU nodes of some SUs), platform (with storage) or workloads."""
-    fabric_plan = placement.plan(cluster) if placement.plans_fabric(cluster) else None
-    core = _builds(cluster, "core")
-    nodes = _owned_nodes(cluster)
+    part = parts.builds(cluster)
+    fabric_plan = placement.plan(cluster) if part.fabric_plan else None
+    core = part.core
+    nodes = parts.owned_nodes(cluster)
     # Each node's leaf per rail, for its placement labels: a nodes part names its own.
     leaves = placement.rail_leaves(fabric_plan) if fabric_plan is not None \
         else placement.owned_rail_leaves(cluster, nodes)
     site = None
-    if cluster.split is not None and cluster.split.part != "core":
+    if part.reaches_core:
         # Every secret waits for the part's references to pass their checks.
         site = site_link.link(cluster, pulumi.get_stack(), nodes)
         secrets = secrets.after(site.ready)
@@ -183,11 +171,11 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
         provider = cluster_provider(cluster.name, site.kubeconfig)
 
     plat = store = None
-    if _builds(cluster, "platform"):
+    if part.platform:
         plat, store, published = _platform_layer(cluster, _planned(fabric_plan),
                                                  _reachable(provider), cp, kube)
     apps: dict[str, Workload] = {}
-    if _builds(cluster, "workloads"):
+    if part.workloads:
         apps, files = _workload_layer(cluster, _reachable(provider), cp, kube, [
             r for r in (store, plat) if r is not None])
         artifacts |= files
@@ -199,7 +187,7 @@ def build(cluster: Cluster, secrets: Secrets) -> Blueprint:
 
 def _planned(fabric_plan: FabricPlan | None) -> FabricPlan:
     if fabric_plan is None:
-        raise RuntimeError("this part plans no fabric: a bug in placement.plans_fabric")
+        raise RuntimeError("this part plans no fabric: a bug in model/parts.py")
     return fabric_plan
 
 
@@ -356,7 +344,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: k8s.Pro
     operator = cluster.platform.training_operator
     vendored = operator.source == "vendored"
     operator_dir = training_operator.training_operator_dir(vendored)
-    with open(Path(__file__).resolve().parent.parent / operator_dir / "kustomization.yaml") as f:
+    with open(Path(__file__).resolve().parents[2] / operator_dir / "kustomization.yaml") as f:
         training_operator.check_training_operator_dir(f.read(), operator.version, vendored)
     queues, policies = volcano.queues(cluster), network_policies.network_policies(cluster)
     attachments = rdma.network_attachments(cluster, namespaces.training_namespaces(cluster))

@@ -14,10 +14,10 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from components.hardware import BareMetalNode
+from components.layers.hardware import BareMetalNode
+from components.layers.remote import remote_command
 from components.planning.facts import fabric_facts
 from components.planning.subnet_manager import with_sm_keys
-from components.remote import remote_command
 
 
 @dataclass(frozen=True)

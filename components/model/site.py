@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from components.config_types import CLUSTER_KEY, PROJECT, ConfigError, Problem
+from components.model.fields import CLUSTER_KEY, PROJECT, ConfigError, Problem
 
 SITE_KEY = f"{PROJECT}:site"
 # libyaml when present: a 2,048-node site has 66 stack files, read by every part.

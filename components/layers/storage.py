@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import LustreFilesystem
-from components.kube import apply
+from components.layers.kube import apply
+from components.model.cluster import LustreFilesystem
 
 
 @dataclass(frozen=True)

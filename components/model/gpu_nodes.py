@@ -7,8 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from components.config_nodes import GpuNodes, GpuSpec, NodeOverride, NodeTemplate
-from components.config_types import (
+from components.model.fields import (
     DNS_LABEL,
     IPv4,
     Problem,
@@ -17,7 +16,8 @@ from components.config_types import (
     check_host_key,
     check_mac,
 )
-from components.inventory import Inventory
+from components.model.gpu_nodes_section import GpuNodes, GpuSpec, NodeOverride, NodeTemplate
+from components.model.inventory import Inventory
 
 
 @dataclass(frozen=True)

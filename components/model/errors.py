@@ -10,7 +10,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from components.config_types import Problem
+from components.model.fields import Problem
 
 
 def pydantic_problems(err: ValidationError, model: type[BaseModel]) -> list[Problem]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from components import pack_data
-from components.config import Cluster
-from components.config_types import Problem
+from components.model import pack_data
+from components.model.cluster import Cluster
+from components.model.fields import Problem
 
 DATA_FILE = "policies/gpu_guardrails/compat_data.py"
 DATA = pack_data.load("compat_data")

@@ -12,10 +12,10 @@ from typing import Any
 
 import pulumi
 
-from components.config import Cluster
-from components.gpu_nodes import GpuNode
+from components.model.cluster import Cluster
+from components.model.gpu_nodes import GpuNode
+from components.model.site import SITE_KEY
 from components.planning.site_facts import part_view, readiness_problems
-from components.site import SITE_KEY
 
 
 @dataclass(frozen=True)

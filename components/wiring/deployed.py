@@ -9,7 +9,7 @@ from typing import Any
 
 import pulumi
 
-from components.config import Cluster
+from components.model.cluster import Cluster
 from components.planning import kubeadm, refusals
 
 VERSION, KEYS, ENDPOINT = "kubernetesVersion", "sshAuthorizedKeys", "controlPlaneEndpoint"

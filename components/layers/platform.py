@@ -11,14 +11,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import KustomizeDirectory, apply
+from components.layers.kube import KustomizeDirectory, apply
+from components.layers.remote import remote_command
 from components.planning.platform import (
     OPERATOR_KINDS,
     ROLLOUT_READY,
     Release,
     rollout_wait_command,
 )
-from components.remote import remote_command
 
 
 @dataclass(frozen=True)
