@@ -15,6 +15,7 @@ Stand-in: no Training Operator runs here, so the test deletes a suspended job's 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,7 +27,8 @@ import yaml
 from support.twin import BINS, SHARED
 
 from components.planning import quarantine
-from twin.controlplane import ControlPlane
+from components.planning.quarantine_setup import QUARANTINE_USER, quarantine_rbac
+from twin.controlplane import TOKEN, ControlPlane
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not BINS, reason="control-plane binaries not built: run "
@@ -95,10 +97,16 @@ class Cluster:
         self.cp, self.work = cp, work
 
     def run(self, policy: dict[str, Any] = POLICY) -> subprocess.CompletedProcess[str]:
-        path = self.work / "policy.json"
+        """One pass, as the quarantine's own identity (the admin token impersonating it:
+        its ClusterRole decides what it may do)."""
+        path, identity = self.work / "policy.json", self.work / "quarantine.conf"
         path.write_text(json.dumps(policy))
-        return subprocess.run([sys.executable, str(PROGRAM), str(path), str(self.cp.kubeconfig)],
-                              capture_output=True, text=True, timeout=120)
+        config = json.loads(self.cp.kubeconfig.read_text())
+        config["users"][0]["user"] = {"token": TOKEN, "as": QUARANTINE_USER}
+        identity.write_text(json.dumps(config))
+        env = {**os.environ, "PATH": f"{BINS[-1]}:{os.environ['PATH']}"}
+        return subprocess.run([sys.executable, str(PROGRAM), str(path), str(identity)],
+                              capture_output=True, text=True, timeout=120, env=env)
 
     def condition(self, node: str, kind: str, status: str = "True") -> None:
         patch = {"status": {"conditions": [{"type": kind, "status": status,
@@ -129,7 +137,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         docs = [_node(n) for n in (*GPU_NODES, CONTROL_PLANE)] + [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             for ns in ("training", "serving")]
-        cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+        cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([*docs, *quarantine_rbac()]))
         cp.wait_for_service_account("training")
         cp.wait_for_service_account("serving")
         cp.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org",
@@ -227,3 +235,12 @@ def test_7_a_control_plane_is_never_touched(cluster: Cluster) -> None:
     assert out.returncode == 1
     assert f"{CONTROL_PLANE}: GpuFellOffBus (GpuFellOffBusFound); not quarantined: it is the " \
            "control plane" in out.stderr
+
+
+def test_8_its_identity_can_do_nothing_else(cluster: Cluster) -> None:
+    """It cannot delete a pod (which would bypass a budget) nor read a Secret."""
+    for verb, what in (("delete", "pods"), ("get", "secrets"), ("delete", "nodes"),
+                       ("create", "pods"), ("update", "nodes/status")):
+        out = cluster.cp.kubectl("auth", "can-i", verb, what, f"--as={QUARANTINE_USER}",
+                                 check=False)
+        assert out.stdout.strip() == "no", (verb, what)
