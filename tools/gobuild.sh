@@ -12,6 +12,16 @@ gobuild_go() {
   export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOWORK=off
 }
 
+# gobuild_reuse BIN: when BIN (a finished build's directory) is there, print it and exit: no Go,
+# no network, no lock.
+gobuild_reuse() {
+  if [ -d "$1" ]; then
+    log "reusing $1"
+    echo "$1"
+    exit 0
+  fi
+}
+
 # gobuild_workdir CACHE: lock CACHE (a second caller waits, then reuses what the first built),
 # clear what an interrupted run left (never a finished build: those are renamed into place),
 # and cd into a fresh $WORK, removed on exit, outside any Go module.

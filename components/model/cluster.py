@@ -41,6 +41,7 @@ from components.model.fields import (
 )
 from components.model.gpu_nodes import GpuNode, NodeExpansion, expand_nodes
 from components.model.gpu_nodes_section import GpuNodes
+from components.model.health import Health
 from components.model.inventory import Inventory
 
 # The validation context key `validate_cluster` passes the loaded inventory under.
@@ -547,6 +548,8 @@ class Cluster(Model):
     workloads: Workloads = Workloads()
     bmc: Bmc | None = None
     split: Split | None = None
+    # Node health checks' thresholds (node-problem-detector; docs/health.md).
+    health: Health = Health()
 
     @model_validator(mode="after")
     def _with_inventory(self, info: ValidationInfo) -> Cluster:

@@ -1,0 +1,44 @@
+"""The `health` section of the cluster model: the thresholds node-problem-detector's checks on
+the GPU nodes hold each node to (docs/health.md). Every default follows a vendor's document,
+named beside it; the section may be left out of the stack file."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from components.model.fields import Model
+
+
+class InfinibandHealth(Model):
+    """Each rail's error counters (/sys/class/infiniband/<hca>/ports/1/counters)."""
+
+    # Symbol errors per bit the rail carried at its planned rate since the last check. Each
+    # symbol error is at least one bit in error, so above 1e-12 the bit error rate is past the
+    # 10^-12 an InfiniBand link must stay under (IBTA; NVIDIA's ibdiagnet user manual, "Bit
+    # Error Rate (BER)": default threshold 10^-12). On NDR the counter holds the errors left
+    # after forward error correction (same manual), the ones applications see.
+    symbol_error_ber: float = Field(1e-12, gt=0, le=1e-6)
+    # LinkDownedCounter increases allowed between two checks. Each one is a failed link error
+    # recovery that took the link down (IBTA PortCounters), which breaks every connection
+    # NCCL has on the rail: none is allowed.
+    link_downed_per_check: int = Field(0, ge=0, le=255)
+
+
+class NvlinkHealth(Model):
+    """The GPUs' NVLinks (`nvidia-smi nvlink --status`)."""
+
+    # Active NVLinks each GPU must show: H100 SXM5 has 18 fourth-generation NVLinks, 900 GB/s
+    # in all (NVIDIA H100 Tensor Core GPU datasheet; DGX H100 user guide).
+    links_per_gpu: int = Field(18, ge=1, le=18)
+
+
+class Health(Model):
+    # How often each check runs (node-problem-detector's invoke_interval): 30 s, as in its own
+    # config/custom-plugin-monitor.json. The symbol error rate is measured over this window.
+    check_interval_seconds: int = Field(30, ge=10, le=3600)
+    # The DCGM host engine the DCGM check asks for its health watches: nv-hostengine on the
+    # node itself at DCGM's port 5555 (DCGM user guide, "Standalone Mode"; the GPU Operator's
+    # standalone DCGM, `dcgm.enabled: true`, serves the same port).
+    dcgm_host_engine: str = Field("localhost:5555", pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+    infiniband: InfinibandHealth = InfinibandHealth()
+    nvlink: NvlinkHealth = NvlinkHealth()
