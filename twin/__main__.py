@@ -25,6 +25,7 @@ from types import FrameType
 from typing import NoReturn
 
 from components.model.cluster import Cluster
+from components.planning import quarantine_setup
 from components.planning.acceptance import gpu_node_sus
 from components.planning.namespaces import (
     inference_namespaces,
@@ -37,7 +38,7 @@ from components.planning.workloads import largest_su, su_label_key
 from components.wiring.loading import validate_cluster
 from offline.stackconfig import load_stack_config
 
-from . import checks
+from . import checks, quarantine
 from .controlplane import ControlPlane, ControlPlaneError
 from .operators import (
     host_address,
@@ -240,6 +241,11 @@ def live_checks(cp: ControlPlane, cluster: Cluster, state: dict[str, list[dict]]
         report.seen)
     report.failures += checks.control_plane_drains(
         cp, [DNS_SERVICE, *ingress_services(releases)], report.seen)
+    # Last: it stops the training job and starts it again elsewhere.
+    for job in sorted((m["metadata"]["namespace"], m["metadata"]["name"]) for m in manifests
+                      if m["kind"] == "PyTorchJob")[:1]:
+        report.failures += quarantine.gang_kept_whole(
+            cp, quarantine_setup.policy(cluster), "GPUFallenOffBus", job, cp.work, report.seen)
 
 
 def verify(cluster: Cluster, state: dict[str, list[dict]], runs: list[tuple[str, str, str]],

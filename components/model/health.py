@@ -32,6 +32,21 @@ class NvlinkHealth(Model):
     links_per_gpu: int = Field(18, ge=1, le=18)
 
 
+class QuarantineHealth(Model):
+    """What the control planes' quarantine may do with a node a check finds unfit."""
+
+    # Nodes out of service at once. More sick nodes than this at one time is seldom as many
+    # independent faults: a shared cause (a leaf switch, a power feed, a driver roll, a check
+    # gone wrong) is likelier, and quarantining them all would take the cluster's capacity
+    # for nothing. NVIDIA's NVSentinel stops quarantining past a limit for the same reason
+    # (its "circuit breaker"). Two of prod's eight nodes leaves the four-node job and both
+    # serving replicas their nodes.
+    max_nodes: int = Field(2, ge=1)
+    # How long one drain may wait for evictions a PodDisruptionBudget holds back before the
+    # pass reports it unfinished (`kubectl drain --timeout`); the next pass tries again.
+    drain_timeout_minutes: int = Field(10, ge=1, le=120)
+
+
 class Health(Model):
     # How often each check runs (node-problem-detector's invoke_interval): 30 s, as in its own
     # config/custom-plugin-monitor.json. The symbol error rate is measured over this window.
@@ -42,3 +57,4 @@ class Health(Model):
     dcgm_host_engine: str = Field("localhost:5555", pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
     infiniband: InfinibandHealth = InfinibandHealth()
     nvlink: NvlinkHealth = NvlinkHealth()
+    quarantine: QuarantineHealth = QuarantineHealth()

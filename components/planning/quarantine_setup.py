@@ -10,8 +10,29 @@ bypass a budget, and it cannot touch a Secret.
 
 from __future__ import annotations
 
+from typing import Any
+
+from components.model.cluster import Cluster
+
 QUARANTINE_USER = "gpu-cluster:quarantine"
 RBAC = "rbac.authorization.k8s.io"
+
+# What each condition node-problem-detector sets (planning/health.py) does to a node.
+# drain: the node cannot run a rank any more, or a job on it fails anyway: NCCL times out on a
+# rail that is down or a GPU that is gone, a GPU that needs a reset corrupts or stops, and the
+# scratch RAID0 loses everything with one drive. taint: the node still works, slower or with
+# a link at risk: what runs keeps running, nothing new lands there until someone looks.
+ACTIONS: dict[str, str] = {
+    "GPUFallenOffBus": "drain",
+    "GPUNeedsReset": "drain",
+    "GPUHealthFailure": "drain",
+    "NVLinkDown": "drain",
+    "NVSwitchFabricNotReady": "drain",
+    "InfinibandRailDown": "drain",
+    "RAIDDegraded": "drain",
+    "InfinibandRailDegraded": "taint",
+    "InfinibandRailErrors": "taint",
+}
 
 
 def quarantine_rbac() -> list[dict]:
@@ -31,3 +52,17 @@ def quarantine_rbac() -> list[dict]:
          "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": QUARANTINE_USER},
          "subjects": [{"apiGroup": RBAC, "kind": "User", "name": QUARANTINE_USER}]},
     ]
+
+
+def policy(cluster: Cluster) -> dict[str, Any]:
+    """The policy file the program reads: the actions, the limits, and the hosts it must never
+    touch (each control plane, each subnet manager's host: a GPU condition there is a person's
+    call, after its role has moved)."""
+    protected = {h.hostname: "control plane" for h in cluster.control_plane}
+    for fabric in (cluster.fabric, cluster.fabric.storage_fabric):
+        for sm in fabric.subnet_managers if fabric is not None else ():
+            protected.setdefault(sm.host, "subnet manager's host")
+    q = cluster.health.quarantine
+    return {"conditions": ACTIONS, "maxQuarantined": q.max_nodes,
+            "drainTimeoutSeconds": q.drain_timeout_minutes * 60,
+            "protected": dict(sorted(protected.items()))}
