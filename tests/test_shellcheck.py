@@ -1,7 +1,12 @@
-"""shellcheck (warning level) on every script the stack runs on a host.
+"""shellcheck (warning level) on every script the stack runs on a host, and (every level) on
+the sandbox's recording stubs.
 
 The scripts come from the renderers the blueprint calls; one test renders the real prod stack
-with `python -m offline preview` and checks that its scripts/ are exactly these texts.
+with `python -m offline preview` and checks that its scripts/ are exactly these texts. Each stub
+is checked twice: its file as it is (tests/support/stubs/bin/<name>.sh, as an editor or the
+pre-commit hook reads it) and the script the sandbox installs (the prelude, then that file).
+The simulated data centre's stand-ins (tests/support/stubs/datacentre/) are whole scripts,
+checked as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.project import REPO
-from support.sandbox import prod_cluster, prod_scripts
+from support.sandbox import STUB_DIR, STUBS, prod_cluster, prod_scripts, stub_script
 
 from components.planning import kubeadm
 
@@ -64,6 +69,28 @@ def test_shellcheck_sees_what_the_preview_writes(tmp_path: Path) -> None:
     root = project / "build/prod/scripts"
     written = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.sh")}
     assert written == prod_scripts()
+
+
+@needs_shellcheck
+@pytest.mark.parametrize("name", sorted(STUBS))
+def test_each_stub_passes_shellcheck(tmp_path: Path, name: str) -> None:
+    installed = tmp_path / name
+    installed.write_text(stub_script(name))
+    proc = subprocess.run([SHELLCHECK or "shellcheck", "-S", "style", str(installed),
+                           str(STUB_DIR / "bin" / f"{name}.sh"), str(STUB_DIR / "prelude.sh")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"{name}:\n{proc.stdout}{proc.stderr}"
+
+
+@needs_shellcheck
+@pytest.mark.parametrize("path", sorted((STUB_DIR / "datacentre").glob("*.sh")),
+                         ids=lambda p: p.name)
+def test_each_datacentre_stand_in_passes_shellcheck(path: Path) -> None:
+    """The simulated data centre's stand-ins, whole scripts as they are installed (their
+    placeholders, filled in per run, are plain words)."""
+    proc = subprocess.run([SHELLCHECK or "shellcheck", "-S", "style", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"{path.name}:\n{proc.stdout}{proc.stderr}"
 
 
 def test_a_warning_fails_the_check(tmp_path: Path) -> None:

@@ -49,6 +49,12 @@ def _pass(cp: ControlPlane, policy: Mapping[str, Any], work: Path
                           timeout=300, env=env)
 
 
+def _lines(out: str) -> str:
+    """A pass's lines as one report line (a pass that waited on its drain may have resumed
+    the job already)."""
+    return "; ".join(ln for ln in out.strip().splitlines())[:600]
+
+
 def _until(check: Any, timeout: float = WAIT_S) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -77,13 +83,13 @@ def gang_kept_whole(cp: ControlPlane, policy: Mapping[str, Any], condition: str,
                    "message": "injected by the twin", "lastTransitionTime": stamp,
                    "lastHeartbeatTime": stamp}]}}))
     first = _pass(cp, policy, work)
-    seen.append(f"quarantine {sick} ({condition}): {first.stdout.strip()[:300]}")
+    seen.append(f"quarantine {sick} ({condition}): {_lines(first.stdout)}")
     if not _until(lambda: not _ranks(cp, namespace, name)):
         yield (f"quarantine: {namespace}/{name} was suspended but ranks are left "
                f"{_ranks(cp, namespace, name)}: the gang was split")
         return
     second = _pass(cp, policy, work)
-    seen.append(f"quarantine, next pass: {second.stdout.strip()[:300]}")
+    seen.append(f"quarantine, next pass: {_lines(second.stdout) or 'nothing left to do'}")
     if not _until(lambda: len(_running(cp, namespace, name)) == len(before)):
         yield (f"quarantine: {namespace}/{name} did not run whole again: "
                f"{_ranks(cp, namespace, name)} ({second.stdout}{second.stderr})"[:600])

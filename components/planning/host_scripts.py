@@ -21,15 +21,7 @@ from components.model.tunables import (
     POD_NETWORK_SYSCTLS,
 )
 from components.planning import lnet, platform, reboot
-from components.planning.script_files import body, single_quoted
-
-HEADER = """\
-#!/usr/bin/env bash
-# {title} for {hostname} ({address}) — rendered by gpu-cluster from {stack_key}; do not edit.
-set -euo pipefail
-export DEBIAN_FRONTEND=noninteractive
-log() {{ printf '[%s] %s\\n' "{hostname}" "$*"; }}
-"""
+from components.planning.script_files import body, single_quoted, template
 
 # Bash helpers for "change a file, then act on it" steps (host preparation, kubelet settings).
 CHANGE_TRACKING = body("host/change-tracking.sh")
@@ -88,6 +80,14 @@ PACKAGE_SOURCES = body("host/package-sources.sh")
 APT_KEYS = body("host/apt-keys.sh")
 
 SCRATCH_STEPS = body("host/scratch.sh")
+SM_PACKAGES = body("host/sm-packages.sh")
+COMPLETE = body("host/complete.sh")
+
+
+def _header(title: str, hostname: str, address: object, stack_key: str) -> str:
+    """The top of a host preparation script: shebang, shell options and its `log`."""
+    return template("host/header.sh", title=title, hostname=hostname, address=address,
+                    stack_key=stack_key)
 
 
 def _data_drive_env(node: GpuNode) -> dict[str, str]:
@@ -336,7 +336,8 @@ def _source_env(name: str, source: AptSource | None) -> str:
 
 
 def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
-
+    """GPU nodes: the read-only checks, then the Kubernetes prerequisites, sshd, the firewall,
+    the GPU steps and, with data drives, the scratch array."""
     gpu_op = cluster.platform.gpu_operator
     sf = cluster.fabric.storage_fabric
     drives = _data_drive_env(node)
@@ -364,19 +365,15 @@ def prepare_gpu_node(cluster: Cluster, node: GpuNode, stack_key: str) -> str:
         if sf else "") + (
         f"NOUVEAU_BLACKLIST='{reboot.NOUVEAU_BLACKLIST}'\n") + _lnet_env(cluster, node) + (
         _hardening_env(cluster, "gpu-worker", node.hostname, node.management_ip, stack_key))
-    header = HEADER.format(
-        title="Host preparation (GPU node)",
-        hostname=node.hostname,
-        address=node.management_ip,
-        stack_key=stack_key,
-    )
+    header = _header("Host preparation (GPU node)", node.hostname, node.management_ip,
+                     stack_key)
     # Only the scratch array depends on NVMe drives; every GPU node gets the GPU steps. The
     # checks run first: they only read, and stop the script before any change.
     scratch = node.template.data_drives is not None
     steps = (APT_KEYS + BOARD_CHECK + (STORAGE_PORTS if sf else "") + DRIVER_OWNER
              + PACKAGE_SOURCES + (SCRATCH_SELECT if scratch else "") + KUBE_PREREQS
              + SSHD_STEPS + FIREWALL_STEPS + GPU_STEPS + (SCRATCH_STEPS if scratch else ""))
-    return header + env + steps + 'log "host preparation complete"\n'
+    return header + env + steps + COMPLETE
 
 
 def dhcp_hosts(nodes: Iterable[GpuNode]) -> str:
@@ -389,23 +386,13 @@ def dhcp_hosts(nodes: Iterable[GpuNode]) -> str:
 def prepare_host(cluster: Cluster, host: Host, stack_key: str) -> str:
     """Control-plane and SM hosts: Kubernetes prerequisites or the subnet-manager packages;
     every host: the sshd drop-in, and the firewall where the stack knows what the host runs."""
-    header = HEADER.format(
-        title=f"Host preparation ({host.role})",
-        hostname=host.hostname,
-        address=host.management_ip,
-        stack_key=stack_key,
-    )
+    header = _header(f"Host preparation ({host.role})", host.hostname, host.management_ip,
+                     stack_key)
     env = _hardening_env(cluster, host.role, host.hostname, host.management_ip, stack_key)
-    done = 'log "host preparation complete"\n'
     if host.role == "control-plane":
         return (header + _common_env(cluster) + env + APT_KEYS + KUBE_PREREQS + SSHD_STEPS
-                + FIREWALL_STEPS + done)
+                + FIREWALL_STEPS + COMPLETE)
     if host.role == "sm-host":
-        return header + env + CHANGE_TRACKING + dedent(
-            """\
-            for pkg in opensm infiniband-diags; do
-              dpkg -s "$pkg" >/dev/null 2>&1 || apt-get install -y "$pkg"
-            done
-            """
-        ) + SSHD_STEPS + FIREWALL_STEPS + done
-    return header + env + CHANGE_TRACKING + SSHD_STEPS + done
+        return (header + env + CHANGE_TRACKING + SM_PACKAGES + SSHD_STEPS + FIREWALL_STEPS
+                + COMPLETE)
+    return header + env + CHANGE_TRACKING + SSHD_STEPS + COMPLETE

@@ -4,11 +4,10 @@ PodMonitor."""
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from components.model.cluster import Cluster, InferenceService, mount_root
 from components.planning import namespaces
 from components.planning.labels import gpu_toleration
+from components.planning.script_files import template
 from components.planning.storage import claim_name
 from components.planning.workloads import (
     VOLCANO,
@@ -45,26 +44,8 @@ def _from_namespace(name: str) -> dict:
 def api_key_script(svc: InferenceService) -> str:
     """On the control plane, before the service: its API key Secret, minted there once and
     kept only in the cluster (never in Pulumi state, a log or a command line)."""
-    ns, name = svc.namespace, api_key_secret(svc)
-    return dedent(f"""\
-        #!/usr/bin/env bash
-        # API key of the inference service {svc.name} — rendered by gpu-cluster; do not edit.
-        set -euo pipefail
-        export KUBECONFIG=/etc/kubernetes/admin.conf
-        NS={ns}
-        SECRET={name}
-        FIELD={API_KEY_FIELD}
-        """) + dedent(r"""
-        if kubectl -n "$NS" get secret "$SECRET" >/dev/null 2>&1; then
-          echo "$NS/$SECRET exists"
-          exit 0
-        fi
-        openssl rand -hex 32 \
-          | kubectl -n "$NS" create secret generic "$SECRET" --from-file="$FIELD=/dev/stdin" \
-            >/dev/null
-        echo "created $NS/$SECRET; clients read it with:" \
-          "kubectl -n $NS get secret $SECRET -o jsonpath='{.data.$FIELD}' | base64 -d"
-        """)
+    return template("inference/api-key.sh", service=svc.name, namespace=svc.namespace,
+                    secret=api_key_secret(svc), field=API_KEY_FIELD)
 
 
 def api_key_delete_command(svc: InferenceService) -> str:

@@ -10,6 +10,7 @@ keeps secret — not from the environment, which a stock sshd refuses (`AcceptEn
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -20,7 +21,7 @@ from components.model.gpu_nodes import GpuNode
 from components.model.tunables import KUBELET_EVICTION_HARD
 from components.planning import kubelet_serving
 from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, UNTESTED_LABEL, node_label
-from components.planning.script_files import template
+from components.planning.script_files import body, template
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 
@@ -408,8 +409,7 @@ def init_script(cluster: Cluster, host: Host) -> str:
         # `<host>-identities` switches it to its own identity right after and removes
         # super-admin.conf from the host.
         manifest = _yaml(kube_vip_manifest(cluster, "/etc/kubernetes/super-admin.conf"))
-        vip = (f"install -d -m 0755 /etc/kubernetes/manifests\n"
-               f"cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'\n{manifest}KUBEVIP\n")
+        vip = template("kubeadm/kube-vip-manifest.sh", manifest=manifest)
     return template(
         "kubeadm/init.sh", host=host.hostname, audit=_yaml(AUDIT_POLICY),
         encryption=_yaml(encryption_configuration(cluster)), config=config,
@@ -449,19 +449,15 @@ def control_plane_join_configuration(cluster: Cluster, host: Host) -> dict:
     }
 
 
+def _credentials(name: str) -> tuple[str, ...]:
+    """The names scripts/kubeadm/<name> reads from stdin, in its order."""
+    return tuple(re.findall(r"^IFS= read -r (\w+)", body(f"kubeadm/{name}"), re.M))
+
+
 # What a join reads from stdin, one line each, in this order (`join_credentials` in the
 # bootstrap layer writes them). The encryption configuration is YAML, so it travels base64.
-WORKER_CREDENTIALS = ("JOIN_TOKEN", "CA_CERT_HASH")
-CONTROL_PLANE_CREDENTIALS = (*WORKER_CREDENTIALS, "CERTIFICATE_KEY", "ENCRYPTION_CONFIG_B64")
-
-
-def _read_credentials(names: tuple[str, ...]) -> str:
-    """Shell lines reading `names` from stdin; fails before any change when one is missing."""
-    reads = "".join(f"IFS= read -r {n} || true\n" for n in names)
-    empty = " || ".join(f'[ -z "${n}" ]' for n in names)
-    return (f"{reads}if {empty}; then\n"
-            f'  echo "expected {", ".join(names)} on stdin, one per line" >&2; exit 1\n'
-            "fi\n")
+WORKER_CREDENTIALS = _credentials("worker-credentials.sh")
+CONTROL_PLANE_CREDENTIALS = _credentials("control-plane-credentials.sh")
 
 
 def control_plane_join_script(cluster: Cluster, host: Host) -> str:
@@ -473,27 +469,20 @@ def control_plane_join_script(cluster: Cluster, host: Host) -> str:
         "kubeadm/control-plane-join.sh", host=host.hostname, audit=_yaml(AUDIT_POLICY),
         config=config, manifest=manifest, admission=admission_configuration_yaml(cluster),
         admission_path=ADMISSION_CONFIG, authentication=authentication_configuration_yaml(cluster),
-        authentication_path=AUTHENTICATION_CONFIG, identity=_kube_vip_identity(cluster),
-        credentials=_read_credentials(CONTROL_PLANE_CREDENTIALS))
+        authentication_path=AUTHENTICATION_CONFIG, identity=_kube_vip_identity(cluster))
 
 
 def _identity_config(cluster: Cluster) -> str:
     """Bash: the configuration `kubeadm kubeconfig user` signs identities with, written only
     when it differs."""
-    return (f"IDENTITY=\"$(cat <<'IDENTITY'\n{_yaml(identity_configuration(cluster))}"
-            "IDENTITY\n)\"\n"
-            f'if [ "$(cat {IDENTITY_CONFIG} 2>/dev/null)" != "$IDENTITY" ]; then\n'
-            f'  printf \'%s\\n\' "$IDENTITY" > {IDENTITY_CONFIG}\n'
-            "fi\n")
+    return template("kubeadm/identity-config.sh", identity_config=IDENTITY_CONFIG,
+                    identity=_yaml(identity_configuration(cluster)))
 
 
 def _user_kubeconfig(user: str, path: str) -> str:
     """Bash: a kubeconfig of `user` from the cluster CA at `path` (kept when present)."""
-    return (f"if [ ! -s {path} ]; then\n"
-            f"  (umask 077; kubeadm kubeconfig user --config {IDENTITY_CONFIG} "
-            f"--client-name {user} --validity-period {IDENTITY_VALIDITY} > {path}.new)\n"
-            f"  mv {path}.new {path}\n"
-            "fi\n")
+    return template("kubeadm/user-kubeconfig.sh", path=path, identity_config=IDENTITY_CONFIG,
+                    user=user, validity=IDENTITY_VALIDITY)
 
 
 def _kube_vip_identity(cluster: Cluster) -> str:
@@ -536,8 +525,7 @@ CERTIFICATE_KEY_COMMAND = (
 def join_script(cluster: Cluster, node: GpuNode) -> str:
     """Guarded `kubeadm join`: the token and CA certificate hash arrive on stdin."""
     config = _docs(join_configuration(cluster, node))
-    return template("kubeadm/join.sh", host=node.hostname, config=config,
-                    credentials=_read_credentials(WORKER_CREDENTIALS))
+    return template("kubeadm/join.sh", host=node.hostname, config=config)
 
 
 def drain_script(node: str, remove: bool = True) -> str:
@@ -546,7 +534,7 @@ def drain_script(node: str, remove: bool = True) -> str:
     title = (f"Remove {node} from the cluster" if remove
              else f"Decommission {node}: cordon and drain")
     return template("kubeadm/drain.sh", title=title, node=node,
-                    delete=f"kubectl delete node {node}\n" if remove else "")
+                    delete=template("kubeadm/delete-node.sh", node=node) if remove else "")
 
 
 def decommission_script(node: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.model.cluster import Cluster
+from components.planning.script_files import template
 
 SIGNER = "kubernetes.io/kubelet-serving"
 APPROVER_USER = "gpu-cluster:kubelet-serving-approver"
@@ -89,14 +90,8 @@ def install_script(cluster: Cluster) -> str:
     the kubelets it vouches for, each written only when it differs."""
     files = ((APPROVER, SCRIPT, "0755"), (f"/etc/systemd/system/{UNIT}.service", SERVICE, "0644"),
              (f"/etc/systemd/system/{UNIT}.timer", TIMER, "0644"))
-    lines = [f"dpkg -s {PACKAGE} >/dev/null 2>&1 || apt-get install -y {PACKAGE}\n"]
-    for path, text, mode in files:
-        lines.append(f"CONTENT=\"$(cat <<'CONTENT'\n{text.rstrip()}\nCONTENT\n)\"\n"
-                     f'if write_if_changed {path} "$CONTENT"; then\n'
-                     f"  chmod {mode} {path}; mark kubelet-serving\nfi\n")
-    lines.append(f"CONTENT=\"$(cat <<'CONTENT'\n{kubelets(cluster).rstrip()}\nCONTENT\n)\"\n"
-                 f'write_if_changed {KUBELETS_FILE} "$CONTENT" || true\n'
-                 f"enable_approver() {{ systemctl daemon-reload; "
-                 f"systemctl enable --now {UNIT}.timer; }}\n"
-                 "settle kubelet-serving enable_approver\n")
-    return "".join(lines)
+    return template(
+        "kubelet-serving/install.sh", package=PACKAGE, kubelets_file=KUBELETS_FILE, unit=UNIT,
+        files="".join(template("kubelet-serving/file.sh", path=path, mode=mode,
+                               text=text.rstrip() + "\n") for path, text, mode in files),
+        kubelets=kubelets(cluster).rstrip() + "\n")

@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Sequence
 
 from components.planning.fabric.sm_files import SECRET_OPTIONS
+from components.planning.script_files import body, template
 
 SM_CONF_DIR = "/etc/opensm"
 SM_CACHE_DIR = "/var/cache/opensm"  # guid2mkey there holds every port's M_Key
@@ -19,9 +20,6 @@ SM_UNIT_DROPIN_TEXT = """\
 [Service]
 UMask=0077
 """
-# The secret keys' line in an apply script (see with_sm_keys).
-_KEYS_LINE = 'OPENSM_KEYS="${OPENSM_KEYS:?the subnet-manager keys come with this script from ' \
-    'pulumi up (secrets fabricMKey, fabricSmKey, fabricSaKey)}"'
 
 
 SM_SETTLE_SECONDS = 300  # a heavy sweep of a large fabric plus a master handover
@@ -33,12 +31,17 @@ def sm_restart_order(priorities: dict[str, int]) -> list[str]:
     return sorted(priorities, key=lambda h: (priorities[h], h))
 
 
-REJOIN_PENDING = "/var/lib/gpu-cluster/opensm-rejoin-pending"
+STATE_DIR = "/var/lib/gpu-cluster"
+RESTART_PENDING = f"{STATE_DIR}/opensm-restart-pending"
+REJOIN_PENDING = f"{STATE_DIR}/opensm-rejoin-pending"
+# The secret keys' line in an apply script (see with_sm_keys), as scripts/opensm/apply.sh has it.
+_KEYS_LINE = next(line for line in body("opensm/apply.sh").splitlines()
+                  if line.startswith("OPENSM_KEYS="))
 
 
 def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
     """Install changed files (absolute path -> text), check them, restart opensm only then,
-    and wait until it is back in its role.
+    and wait until it is back in its role (scripts/opensm/apply.sh).
 
     Everything is staged and checked before the first file is installed. A change leaves a
     restart-pending mark that only a successful restart clears, so a run that fails between
@@ -55,92 +58,41 @@ def sm_apply_script(files: dict[str, str], ca: str, master: bool) -> str:
     `pulumi up` sends (a secret), and they are appended to the staged opensm.conf. Every file
     is installed 0600 and opensm runs under umask 0077 (its log and M_Key cache hold keys).
     """
-    pending = "/var/lib/gpu-cluster/opensm-restart-pending"
-    lines = [
-        "#!/usr/bin/env bash",
-        "# Subnet-manager configuration — rendered by gpu-cluster; do not edit.",
-        "set -euo pipefail",
-        _KEYS_LINE,
-        f"install -d -m 0700 {SM_CONF_DIR}",
-        f"install -d -m 0755 {pending.rsplit('/', 1)[0]} {SM_UNIT_DROPIN.rsplit('/', 1)[0]}",
-        "stage=$(mktemp -d)",
-        *([] if master else ["sm_key_changed=0"]),
-        'trap \'rm -rf "$stage"\' EXIT',
-    ]
     ordered = sorted(files.items())
-    for i, (path, text) in enumerate(ordered):
-        staged = f'"$stage/{i}"'
-        lines += [
-            f"cat > {staged} <<'GPU_CLUSTER_EOF'",
-            text.rstrip("\n"),
-            "GPU_CLUSTER_EOF",
-        ]
-        if path.endswith("/opensm.conf"):
-            lines.append(f'printf \'%s\\n\' "$OPENSM_KEYS" >> {staged}')
-            if not master:  # the key compared in place: never on a command line
-                lines += [
-                    f"if [ -e {path} ] && [ \"$(grep '^sm_key ' {staged} || true)\" != "
-                    f"\"$(grep '^sm_key ' {path} || true)\" ]; then sm_key_changed=1; fi"]
-        if path.endswith("_guids.conf"):
-            # One 0x-prefixed GUID per line; opensm skips malformed lines silently.
-            lines += [
-                f"if grep -Evq '^(0x[0-9a-f]{{16}})?$' {staged}; then",
-                f'  echo "malformed GUID file {path}; nothing installed" >&2; exit 1',
-                "fi",
-            ]
-    for i, (path, _) in enumerate(ordered):
-        staged = f'"$stage/{i}"'
-        lines += [
-            f"if ! cmp -s {staged} {path}; then",
-            f"  install -m 0600 {staged} {path}; touch {pending}",
-            "fi",
-            f"chmod 0600 {path}",
-        ]
-    lines += [
-        *([] if master else [
-            f'if [ "$sm_key_changed" = 1 ]; then touch {REJOIN_PENDING}; fi']),
-        f"chmod 0700 {SM_CONF_DIR}",
-        f"if [ -d {SM_CACHE_DIR} ]; then chmod 0700 {SM_CACHE_DIR}; fi",
-        f"if [ -e {SM_LOG_FILE} ]; then chmod 0600 {SM_LOG_FILE}; fi",
-        *([] if master else _standby_stop_lines(pending)),
-        f"if [ -e {pending} ]; then",
-        '  echo "subnet-manager files changed; restarting opensm"',
-        "  systemctl daemon-reload",
-        "  systemctl restart opensm",
-        *("  " + line for line in sm_role_wait(ca, master)),
-        f"  rm -f {pending}",
-        "fi",
-        "systemctl is-enabled --quiet opensm || systemctl enable --now opensm",
-    ]
-    return "\n".join(lines) + "\n"
+    standby = not master  # tracks an SM_Key change (see above)
+    stop = template("opensm/standby-stop.sh", rejoin_pending=REJOIN_PENDING,
+                    pending=RESTART_PENDING)
+    return template(
+        "opensm/apply.sh", conf_dir=SM_CONF_DIR, state_dir=STATE_DIR,
+        dropin_dir=SM_UNIT_DROPIN.rsplit("/", 1)[0], cache_dir=SM_CACHE_DIR,
+        log_file=SM_LOG_FILE, pending=RESTART_PENDING,
+        standby_init=body("opensm/standby-init.sh") if standby else "",
+        stage="".join(_staged(i, path, text, master) for i, (path, text) in enumerate(ordered)),
+        install="".join(template("opensm/install.sh", i=i, path=path, pending=RESTART_PENDING)
+                        for i, (path, _) in enumerate(ordered)),
+        standby_mark=template("opensm/standby-mark.sh", rejoin_pending=REJOIN_PENDING)
+        if standby else "",
+        standby_stop=stop if standby else "",
+        role_wait="".join(f"  {line}\n" for line in sm_role_wait(ca, master)))
 
 
-def _standby_stop_lines(pending: str) -> list[str]:
-    """A standby whose SM_Key changed: stopped, its restart left to the rejoin."""
-    return [
-        f"if [ -e {REJOIN_PENDING} ]; then",
-        '  echo "the SM_Key changes: opensm stays stopped until the master runs with the new '
-        'key (rejoin-opensm.sh then starts it)"',
-        "  systemctl daemon-reload",
-        "  systemctl stop opensm",
-        f"  rm -f {pending}",
-        "fi",
-    ]
+def _staged(i: int, path: str, text: str, master: bool) -> str:
+    """Bash: one file staged as `$stage/<i>`, with the checks and additions of its kind."""
+    out = template("opensm/stage.sh", i=i, text=text.rstrip("\n") + "\n")
+    if path.endswith("/opensm.conf"):
+        out += template("opensm/stage-keys.sh", i=i)
+        if not master:
+            out += template("opensm/standby-key-check.sh", i=i, path=path)
+    if path.endswith("_guids.conf"):
+        out += template("opensm/stage-guids.sh", i=i, path=path)
+    return out
 
 
 def sm_rejoin_script(ca: str) -> str:
     """On a standby, after the master's apply: start the opensm an SM_Key change stopped, and
     wait until it is STANDBY under the master (MASTER would be a second master)."""
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        "# Subnet-manager rejoin after a key change — rendered by gpu-cluster; do not edit.",
-        "set -euo pipefail",
-        f"[ -e {REJOIN_PENDING} ] || exit 0",
-        'echo "starting opensm with the new SM_Key under the master"',
-        "systemctl restart opensm",
-        *sm_role_wait(ca, False, standby_only=True),
-        f"rm -f {REJOIN_PENDING}",
-    ]) + "\n"
+    role_wait = "".join(f"{line}\n" for line in sm_role_wait(ca, False, standby_only=True))
+    return template("opensm/rejoin.sh", rejoin_pending=REJOIN_PENDING, role_wait=role_wait)
 
 
 def with_sm_keys(script: str, keys: Sequence[str]) -> str:
@@ -159,23 +111,12 @@ def sm_keys_conf(keys: Sequence[str]) -> str:
 
 def sm_role_wait(ca: str, master: bool, seconds: int = SM_SETTLE_SECONDS,
                  standby_only: bool = False) -> list[str]:
-    """Bash: poll the local SM's state until it is in its role; fail after `seconds`. A
+    """Bash lines: poll the local SM's state until it is in its role; fail after `seconds`. A
     standby may also be MASTER (alone at first bring-up) unless `standby_only`."""
     want = ("SMINFO_MASTER" if master else
             "SMINFO_STANDBY" if standby_only else "SMINFO_STANDBY|SMINFO_MASTER")
-    return [
-        f"for _ in $(seq 1 {max(1, seconds // 5)}); do",
-        f"  state=$(sminfo -C {ca} -P 1 -D 0 2>/dev/null | grep -o 'SMINFO_[A-Z]*' || true)",
-        f'  case "$state" in {want}) break ;; esac',
-        "  sleep 5",
-        "done",
-        f'case "$state" in {want}) ;; *)',
-        f'  echo "opensm on {ca} is ${{state:-not answering}} {seconds} s after its restart, '
-        f'not {"MASTER" if master else "STANDBY"}; the next run retries" >&2',
-        "  exit 1 ;;",
-        "esac",
-        f'echo "opensm on {ca} is back: $state"',
-    ]
+    return template("opensm/role-wait.sh", polls=max(1, seconds // 5), ca=ca, want=want,
+                    seconds=seconds, role="MASTER" if master else "STANDBY").splitlines()
 
 
 def sm_host_files(fabric_files: dict[str, str], host: str, prefix: str = "fabric/"

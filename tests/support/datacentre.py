@@ -41,7 +41,7 @@ from offline.stackconfig import load_stack_config
 from support.engine import local_env
 from support.hostsim import go_missing, serve, serving
 from support.project import REPO, copy_repo, run_offline
-from support.sandbox import DGX_H100_HCAS, Sandbox, dgx_h100
+from support.sandbox import DGX_H100_HCAS, STUB_DIR, Sandbox, dgx_h100
 
 CHARTS = REPO.parent / "shared" / "upstream" / "charts"
 REF = REPO.parent / "shared" / "ref"  # upstream CRDs
@@ -52,174 +52,24 @@ SPAWN_RETRIES = 10  # polls in a row a stand-in may fail to start a process befo
 DOWN_S = 1.0  # how long a rebooting host is down
 SWITCH_USER = "admin"
 BMC_USER = "admin"
-# Stand-ins the hosts' roots need beyond sandbox.py's: the commands arrive as `sudo bash -s`
-# (every sandbox already runs as root), and a switch's management CLI reads its config on stdin.
-SUDO = '#!/bin/bash\n# Stand-in: the sandbox runs as root already.\nexec "$@"\n'
-SWITCH_CLI = """#!/bin/bash
-# Stand-in for the switch's management CLI: keeps each session's lines, in order.
-n=$(ls /stub/state/cli 2>/dev/null | wc -l)
-mkdir -p /stub/state/cli
-cat > "/stub/state/cli/$(printf '%03d' "$n").txt"
-"""
-
-
+# Stand-ins the hosts' roots need beyond sandbox.py's (tests/support/stubs/datacentre/): the
+# commands arrive as `sudo bash -s` (every sandbox already runs as root), a switch's management
+# CLI reads its config on stdin, and kubeadm, kubectl, systemctl, shutdown and sleep reach
+# across the hosts over the sandbox's own stubs (renamed <name>-sandbox).
+STAND_INS = STUB_DIR / "datacentre"
+SUDO = (STAND_INS / "sudo.sh").read_text()
+SWITCH_CLI = (STAND_INS / "cli.sh").read_text()
 # The cluster as every host's kubectl stub sees it (Nodes, kubelet versions, ConfigMaps, the API
 # server's version): one directory the hosts share, where a lone sandbox keeps its own.
 CLUSTER = "/stub/state/cluster"
-# kubeadm across hosts, over the sandbox's stub (renamed kubeadm-sandbox). `token create` prints
-# a bootstrap token; `kubeconfig user` a kubeconfig for the API endpoint with the cluster's CA;
-# `init` installs the run's own CA, so the CA hash the stack computes with the real openssl is
-# a real one; a `join` registers its Node and its kubelet's version in the shared cluster.
-KUBEADM = r"""#!/bin/bash
-# Stand-in: kubeadm of the simulated data centre (the sandbox's stub does the host's part).
-set -euo pipefail
-C=/stub/state/cluster
-hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
-case "${1-} ${2-}" in
-  "token create") echo "$(hex 3).$(hex 8)"; exit 0 ;;
-  "kubeconfig user")
-    [ -s /etc/kubernetes/pki/ca.crt ] || { echo "kubeadm: no CA" >&2; exit 1; }
-    client='' prev=''
-    for a in "$@"; do
-      case "$a" in --client-name=*) client=${a#*=} ;; esac
-      [ "$prev" = --client-name ] && client=$a; prev=$a
-    done
-    printf 'apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n'
-    printf '    server: %s\n    certificate-authority-data: %s\n' __SERVER__ \
-      "$(base64 -w0 /etc/kubernetes/pki/ca.crt)"
-    printf 'contexts:\n- name: ctx\n  context: {cluster: kubernetes, user: "%s"}\n' "$client"
-    printf 'current-context: ctx\nusers:\n- name: "%s"\n  user: {token: %s}\n' "$client" \
-      __TOKEN__
-    exit 0 ;;
-esac
-/stub/bin/kubeadm-sandbox "$@"
-cfg='' prev=''
-for a in "$@"; do [ "$prev" = --config ] && cfg=$a; prev=$a; done
-case "${1-}" in
-  init)
-    if [ "${2-}" != phase ]; then
-      cp /stub/state/e2e-ca.crt /etc/kubernetes/pki/ca.crt
-      sed -n 's/^kubernetesVersion: v//p' "$cfg" > "$C/version"
-      : > "$C/nodes/$(hostname)"
-      echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)"
-    fi ;;
-  join)
-    : > "$C/nodes/$(hostname)"
-    echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)" ;;
-esac
-"""
-# shutdown over the sandbox's stub (shutdown-sandbox, which schedules it and writes
-# /run/nologin): the host is going down, and hostsim refuses logins until it is up again.
-SHUTDOWN = r"""#!/bin/bash
-# Stand-in: shutdown of a simulated host.
-/stub/bin/shutdown-sandbox "$@" || exit $?
-cp /run/nologin __DOWN__
-"""
+# _join_cluster fills in its __SERVER__ (the API endpoint) and __TOKEN__ (the stack's identity).
+KUBEADM = (STAND_INS / "kubeadm.sh").read_text()
+# _join_cluster fills in its __DOWN__ (DOWN).
+SHUTDOWN = (STAND_INS / "shutdown.sh").read_text()
 DOWN = "/stub/state/down"  # while it exists hostsim lets nobody but root log in
-# sleep over the sandbox's stub (sleep-sandbox, which records it): real, 30 times faster and at
-# most a second. The scripts' waits poll seconds to minutes apart; real time keeps a member
-# that waits for another's reboot lock waiting (the sandbox's instant sleep would run out its
-# 6 h at once), the speed-up keeps a gate that waits its 35 min for GPUs short.
-SLEEP = r"""#!/bin/bash
-# Stand-in: sleep of a simulated host, 30 times faster, at most a second.
-/stub/bin/sleep-sandbox "$@"
-s=${1-0}; s=${s%s}
-case "$s" in ''|*[!0-9.]*) s=30 ;; esac
-exec /usr/bin/sleep "$(awk -v s="$s" 'BEGIN { s /= 30; print (s > 1 ? 1 : s) }')"
-"""
-# systemctl over the sandbox's stub (systemctl-sandbox): a kubelet that restarts reports the
-# version of its package to the API server, as its Node's status.nodeInfo.kubeletVersion.
-SYSTEMCTL = r"""#!/bin/bash
-# Stand-in: systemctl of a simulated Kubernetes host (the sandbox's stub does the unit's part).
-/stub/bin/systemctl-sandbox "$@" || exit $?
-C=/stub/state/cluster
-case " $* " in
-  *" restart kubelet "*|*" restart kubelet.service "*)
-    if [ -e "$C/nodes/$(hostname)" ]; then
-      echo "v$(cut -d- -f1 /stub/state/pkgs/kubelet)" > "$C/kubelet/$(hostname)"
-    fi ;;
-esac
-"""
-# kubectl on the control plane, over the sandbox's stub (kubectl-sandbox), as far as the API
-# server is concerned: `wait --for=create` for a Node waits until the API server has it (the
-# bridge registered the join's Node), and what `apply` records the bridge applies to the API
-# server before the command returns.
-KUBECTL = r"""#!/bin/bash
-# Stand-in: kubectl of the simulated data centre's control plane.
-C=/stub/state/cluster
-# A call about a namespace's own objects (the workloads' jobs, pods, logs and Secrets; not
-# kube-system's, not across namespaces) is the API server's to answer: the bridge runs it
-# there with the call's arguments (requests/<id>.args) and stdin where it reads one, and hands
-# back what kubectl said (responses/<id>.out, .err, .rc).
-# So is what the acceptance gate reads and sets across the cluster: every Node and pod as
-# JSON, and the Nodes' labels.
-ns='' prev='' across=0 reads=0 api=0
-for a in "$@"; do
-  case "$prev" in -n|--namespace) ns=$a ;; esac
-  case "$a" in
-    --namespace=*) ns=${a#*=} ;;
-    -A|--all-namespaces) across=1 ;;
-    -|*=/dev/stdin) reads=1 ;;
-  esac
-  prev=$a
-done
-case " $* " in
-  " get nodes -o json "|" get pods --all-namespaces -o json "|" label nodes "*) api=1 ;;
-esac
-if { [ -n "$ns" ] && [ "$ns" != kube-system ] && [ "$across" = 0 ]; } || [ "$api" = 1 ]; then
-  id="$(date +%s%N).$$"
-  mkdir -p "$C/requests" "$C/responses"
-  if [ "$reads" = 1 ]; then cat > "$C/requests/$id.stdin"; fi
-  printf '%s\0' "$@" > "$C/requests/$id.tmp"
-  mv "$C/requests/$id.tmp" "$C/requests/$id.args"
-  for _ in $(seq 1200); do
-    if [ -e "$C/responses/$id.rc" ]; then
-      cat "$C/responses/$id.out"
-      cat "$C/responses/$id.err" >&2
-      exit "$(cat "$C/responses/$id.rc")"
-    fi
-    /usr/bin/sleep 0.1
-  done
-  echo "error: the API server did not answer in 120 s" >&2
-  exit 1
-fi
-create=0 node=''
-for a in "$@"; do
-  case "$a" in --for=create) create=1 ;; node/*) node=${a#node/} ;; esac
-done
-# `wait <policy> --for=jsonpath=...=ready`: until the operator reports it ready (ready/<policy>)
-case " $* " in
-  *" --for=jsonpath="*)
-    for a in "$@"; do
-      case "$a" in */*) [ "${a%%/*}" = node ] || policy=${a//\//_} ;; esac
-    done ;;
-esac
-if [ -n "${policy-}" ]; then
-  for _ in $(seq 600); do
-    [ -e "$C/ready/$policy" ] && { echo "${policy/_//} condition met"; exit 0; }
-    /usr/bin/sleep 0.1
-  done
-  echo "error: timed out waiting for the condition on ${policy/_//}" >&2
-  exit 1
-fi
-if [ "$create" = 1 ] && [ -n "$node" ]; then
-  for _ in $(seq 600); do
-    [ -e "$C/registered/$node" ] && { echo "node/$node condition met"; exit 0; }
-    /usr/bin/sleep 0.1
-  done
-  echo "error: timed out waiting for the condition on nodes/$node" >&2
-  exit 1
-fi
-/stub/bin/kubectl-sandbox "$@" || exit $?
-if [ "${1-}" = apply ]; then
-  for _ in $(seq 600); do
-    [ "$(cat "$C/forwarded" 2>/dev/null)" = "$(stat -c %s "$C/applied")" ] && exit 0
-    /usr/bin/sleep 0.1
-  done
-  echo "error: the API server did not get what was applied" >&2
-  exit 1
-fi
-"""
+SLEEP = (STAND_INS / "sleep.sh").read_text()
+SYSTEMCTL = (STAND_INS / "systemctl.sh").read_text()
+KUBECTL = (STAND_INS / "kubectl.sh").read_text()
 
 
 # The stack's secrets by config key, and the variables tools/set-stack-secrets.sh reads them from.

@@ -5,7 +5,7 @@ if [ -f /etc/kubernetes/admin.conf ]; then
   echo "@host@ already a control-plane member; nothing to do"
   exit 0
 fi
-# @credentials@
+# include: control-plane-credentials.sh
 install -d -m 0700 /etc/kubernetes /var/log/kubernetes
 umask 077
 # Every API server must decrypt what the others encrypted: the same key everywhere.
@@ -17,7 +17,4 @@ cat > /etc/kubernetes/kubeadm-join.yaml <<KUBEADM
 KUBEADM
 kubeadm join --config /etc/kubernetes/kubeadm-join.yaml
 # @identity@
-install -d -m 0755 /etc/kubernetes/manifests
-cat > /etc/kubernetes/manifests/kube-vip.yaml <<'KUBEVIP'
-# @manifest@
-KUBEVIP
+# include: kube-vip-manifest.sh

@@ -5,7 +5,7 @@ if [ -f /etc/kubernetes/kubelet.conf ]; then
   echo "@host@ already joined; nothing to do"
   exit 0
 fi
-# @credentials@
+# include: worker-credentials.sh
 umask 077
 # The file holds the token: removed however the script ends, a failed join included.
 trap 'rm -f /etc/kubernetes/kubeadm-join.yaml' EXIT

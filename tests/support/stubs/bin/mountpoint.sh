@@ -1,0 +1,2 @@
+# shellcheck shell=bash
+[ -e "$S/mounts/$(esc "${*: -1}")" ]

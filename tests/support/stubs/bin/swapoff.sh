@@ -1,0 +1,2 @@
+# shellcheck shell=bash
+rm -f "$S/swap"

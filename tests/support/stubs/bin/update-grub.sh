@@ -1,0 +1,2 @@
+# shellcheck shell=bash
+touch "$S/grub-updated"

@@ -1,0 +1,2 @@
+# shellcheck shell=bash
+# Record-only: present so nothing reaches a real binary.
