@@ -96,7 +96,8 @@ class Cluster:
     def __init__(self, cp: ControlPlane, work: Path) -> None:
         self.cp, self.work = cp, work
 
-    def run(self, policy: dict[str, Any] = POLICY) -> subprocess.CompletedProcess[str]:
+    def run(self, policy: dict[str, Any] = POLICY, holder: str = "mgmt-01"
+            ) -> subprocess.CompletedProcess[str]:
         """One pass, as the quarantine's own identity (the admin token impersonating it:
         its ClusterRole decides what it may do)."""
         path, identity = self.work / "policy.json", self.work / "quarantine.conf"
@@ -105,7 +106,7 @@ class Cluster:
         config["users"][0]["user"] = {"token": TOKEN, "as": QUARANTINE_USER}
         identity.write_text(json.dumps(config))
         env = {**os.environ, "PATH": f"{BINS[-1]}:{os.environ['PATH']}"}
-        return subprocess.run([sys.executable, str(PROGRAM), str(path), str(identity)],
+        return subprocess.run([sys.executable, str(PROGRAM), str(path), str(identity), holder],
                               capture_output=True, text=True, timeout=120, env=env)
 
     def condition(self, node: str, kind: str, status: str = "True") -> None:
@@ -244,3 +245,21 @@ def test_8_its_identity_can_do_nothing_else(cluster: Cluster) -> None:
         out = cluster.cp.kubectl("auth", "can-i", verb, what, f"--as={QUARANTINE_USER}",
                                  check=False)
         assert out.stdout.strip() == "no", (verb, what)
+
+
+def test_9_one_control_plane_acts_at_a_time(cluster: Cluster) -> None:
+    """mgmt-01's passes hold the Lease: mgmt-02's pass does nothing while it is fresh, and
+    takes over once mgmt-01 stopped renewing it for longer than it lasts."""
+    cluster.condition("gpu-node-01", "IbRailDegraded")
+    policy = POLICY | {"maxQuarantined": 10}
+    out = cluster.run(policy, holder="mgmt-02")
+    assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
+    assert not quarantine.tainted(cluster.node("gpu-node-01"))
+    lease = cluster.cp.get("lease", quarantine.LEASE, "-n", "kube-system")
+    assert lease["spec"]["holderIdentity"] == "mgmt-01"
+    lease["spec"]["renewTime"] = "2026-01-01T00:00:00.000000Z"  # mgmt-01 went quiet
+    cluster.cp.kubectl("replace", "-f", "-", stdin=json.dumps(lease))
+    out = cluster.run(policy, holder="mgmt-02")
+    assert quarantine.tainted(cluster.node("gpu-node-01")), out.stdout + out.stderr
+    assert cluster.cp.get("lease", quarantine.LEASE, "-n", "kube-system")["spec"][
+        "holderIdentity"] == "mgmt-02"

@@ -21,18 +21,27 @@ subnet-manager host) is never tainted, cordoned or drained: it is named with its
 is released automatically: after the repair the technician removes the taint
 (`kubectl taint node <node> gpucluster.io/quarantine-`), which is the repair runbook's last step.
 
+Every control plane runs it, one at a time: a pass first takes the Lease `LEASE` in
+kube-system (held for `LEASE_S` seconds and renewed by each pass of its holder; taken over
+only once it ran out, and only by an update the API server orders, so two hosts never both
+win). A host that does not hold it does nothing: passes never race on `maxQuarantined`.
+
 Standard library and kubectl only, no project imports: the control planes run this file as it
 is (tests run it against a real API server).
 
-Usage: gpu-cluster-quarantine POLICY_JSON [KUBECONFIG]
+Usage: gpu-cluster-quarantine POLICY_JSON [KUBECONFIG [HOLDER]]
 """
 
+# The control planes' python3 is Ubuntu 22.04's (DGX OS 6), 3.10: no datetime.UTC yet.
+# ruff: noqa: UP017
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 TAINT = "gpucluster.io/quarantine"  # value: the condition that put it there
@@ -44,14 +53,17 @@ GROUP = "scheduling.k8s.io/group-name"  # Volcano's gang annotation on every mem
 VOLCANO_JOB = "volcano.sh/job-name"
 KINDS = {"pytorchjob-controller": "pytorchjobs.kubeflow.org",
          "mpijob-controller": "mpijobs.kubeflow.org"}
+LEASE = "gpu-cluster-quarantine"
+LEASE_S = 90  # three missed passes of the holder's 30 s timer before another host takes over
 
 
 class Kubectl:
     def __init__(self, kubeconfig: str | None) -> None:
         self.base = ["kubectl", *([f"--kubeconfig={kubeconfig}"] if kubeconfig else [])]
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([*self.base, *args], capture_output=True, text=True)
+    def run(self, *args: str, check: bool = True, stdin: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([*self.base, *args], capture_output=True, text=True, input=stdin)
         if check and out.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
         return out
@@ -153,6 +165,39 @@ def resume(k: Kubectl) -> None:
             print(f"{node}: resumed {ns}/{name} (its gang is scheduled again, off {node})")
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease(holder: str) -> dict[str, Any]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": LEASE, "namespace": "kube-system"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": LEASE_S,
+                     "renewTime": _now()}}
+
+
+def leads(k: Kubectl, holder: str) -> bool:
+    """Whether this host holds the Lease now: created, renewed, or taken over once it ran
+    out. Both writes fail on a conflict (a create of an existing name, a replace of a stale
+    resourceVersion), so of two hosts at once one wins."""
+    got = k.run("-n", "kube-system", "get", "lease", LEASE, "-o", "json", check=False)
+    if got.returncode != 0 and "NotFound" not in got.stderr:
+        raise RuntimeError(f"kubectl get lease {LEASE}: {got.stderr.strip()}")
+    if got.returncode != 0:
+        return k.run("create", "-f", "-", check=False,
+                     stdin=json.dumps(_lease(holder))).returncode == 0
+    lease = json.loads(got.stdout)
+    spec = lease.get("spec") or {}
+    renewed = datetime.strptime(spec.get("renewTime", "1970-01-01T00:00:00.000000Z"),
+                                "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    expired = datetime.now(timezone.utc) - renewed > timedelta(
+        seconds=spec.get("leaseDurationSeconds", LEASE_S))
+    if spec.get("holderIdentity") != holder and not expired:
+        return False
+    lease["spec"] = _lease(holder)["spec"]
+    return k.run("replace", "-f", "-", check=False, stdin=json.dumps(lease)).returncode == 0
+
+
 def run(policy: Mapping[str, Any], k: Kubectl) -> int:
     """One pass; the exit status is 1 when a sick node is left in service or undrained."""
     conditions: dict[str, str] = policy["conditions"]
@@ -188,13 +233,17 @@ def run(policy: Mapping[str, Any], k: Kubectl) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) not in (2, 3):
+    if len(argv) not in (2, 3, 4):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     with open(argv[1]) as f:
         policy = json.load(f)
+    k = Kubectl(argv[2] if len(argv) >= 3 else None)
+    holder = argv[3] if len(argv) == 4 else socket.gethostname()
     try:
-        return run(policy, Kubectl(argv[2] if len(argv) == 3 else None))
+        if not leads(k, holder):
+            return 0  # another control plane's pass holds the Lease
+        return run(policy, k)
     except RuntimeError as err:  # the API server refused or could not be reached
         print(f"quarantine: {err}; nothing more was changed this pass", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.model.cluster import Cluster
+from components.planning.quarantine import LEASE
 
 QUARANTINE_USER = "gpu-cluster:quarantine"
 RBAC = "rbac.authorization.k8s.io"
@@ -44,12 +45,25 @@ def quarantine_rbac() -> list[dict]:
         {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"],
          "verbs": ["get", "list", "patch"]},
     ]
+    # One control plane's pass at a time: its Lease, by name (a create cannot be limited to a
+    # name; it can only make this one, which the quarantine then owns).
+    lease = [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [LEASE], "verbs": ["get", "update"]},
+    ]
     return [
         {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole",
          "metadata": {"name": QUARANTINE_USER}, "rules": rules},
         {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": QUARANTINE_USER},
          "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": QUARANTINE_USER},
+         "subjects": [{"apiGroup": RBAC, "kind": "User", "name": QUARANTINE_USER}]},
+        {"apiVersion": f"{RBAC}/v1", "kind": "Role",
+         "metadata": {"name": QUARANTINE_USER, "namespace": "kube-system"}, "rules": lease},
+        {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+         "metadata": {"name": QUARANTINE_USER, "namespace": "kube-system"},
+         "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": QUARANTINE_USER},
          "subjects": [{"apiGroup": RBAC, "kind": "User", "name": QUARANTINE_USER}]},
     ]
 
