@@ -22,7 +22,7 @@ from components.config import Cluster
 from components.planning import upgrade
 from components.planning.labels import SU_LABEL
 from components.stack_config import validate_cluster
-from offline.runbook import batch_words, upgrade_lanes
+from offline.runbook.upgrade import batch_words, upgrade_lanes
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "gpu-cluster:cluster"
