@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..acceptance import UNTESTED, recabled_check
+from ..conventions import names, subject
 from ..conventions import span as _span
-from ..conventions import suffix as _suffix
 from ..diff import Change, Diff
 from ..operators import operator_rollouts
 from ..replacements import (
@@ -80,26 +80,27 @@ def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Wo
     # `replaced_boards`; every other step is about what changes on a host, a switch or the
     # cluster.
     changes = [c for c in diff.changes if not login_only(c)]
-    kubelet = next((c for c in changes if c.name == "kubelet-config" and c.layer == "bootstrap"
+    v = names()
+    kubelet = next((c for c in changes if c.name == v.KUBELET_CONFIG and c.layer == "bootstrap"
                     and c.action in ("update", "replace")), None)
     control_plane = control_plane_settings(changes, kubelet)
     upgrade = kubernetes_upgrade(changes)
     if upgrade is not None:
         # The upgrade steps carry the version; only other settings need their own steps.
-        if kubelet is not None and not other_than_version(kubelet):
+        if kubelet is not None and not other_than_version(kubelet, upgrade):
             kubelet = None
         control_plane = [h for h in control_plane if other_than_version(
-            next(c for c in changes if c.name == f"{h}-kubeadm-init"))]
+            next(c for c in changes if c.name == v.name(v.KUBEADM_INIT, h)), upgrade)]
     return _Work(
         changes=changes,
-        leaving=hosts_with(changes, "-member", "delete"),
-        joining=hosts_with(changes, "-kubeadm-join", "create"),
-        decommissioning=hosts_with(changes, "-decommission", "create"),
+        leaving=hosts_with(changes, v.MEMBER, "delete"),
+        joining=hosts_with(changes, v.KUBEADM_JOIN, "create"),
+        decommissioning=hosts_with(changes, v.DECOMMISSION, "create"),
         moves=cable_moves(changes, new_inputs),
         sms=sorted(h for c in changes if c.action in ("update", "create")
-                   if (h := _suffix(c.name, "-opensm")) is not None),
+                   if (h := subject(c.name, v.OPENSM)) is not None),
         switches=switch_changes(changes),
-        prepared=hosts_with(changes, "-prepare", "update"),
+        prepared=hosts_with(changes, v.PREPARE, "update"),
         operators=[c.name for name in OPERATOR_ORDER for c in changes
                    if c.type == "kubernetes:helm.sh/v3:Release" and c.name == name
                    and c.action in ("update", "replace")],
@@ -108,10 +109,10 @@ def _work(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Wo
         # unapplied. (A join script is the command itself; its credentials are its stdin.)
         # (A control plane's join carries the cluster's version: the upgrade steps apply it.)
         rejoined=sorted(h for c in changes if c.action == "update" and c.text_diffs.get("create")
-                        and (upgrade is None or other_than_version(c, "create"))
-                        if (h := _suffix(c.name, "-kubeadm-join")) is not None),
+                        and (upgrade is None or other_than_version(c, upgrade, "create"))
+                        if (h := subject(c.name, v.KUBEADM_JOIN)) is not None),
         rehosted=rehosted(changes),
-        rebooting=any(_suffix(c.name, "-reboot") for c in changes
+        rebooting=any(subject(c.name, v.REBOOT) for c in changes
                       if c.action in ("create", "replace")),
         rotations=secret_rotations(diff.changes, new_inputs),
     )
@@ -167,14 +168,16 @@ def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) 
 def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """Operators, Kubernetes, the kubelets and settings kubeadm applies only once."""
     steps = []
+    v = names()
     rollouts = {r.release: r for r in operator_rollouts(w.changes, new_inputs)}
     for name in w.operators:
         policy = ("NicClusterPolicy" if name == "network-operator" else "ClusterPolicy")
         order = (" first" if name == "network-operator" else " after the network operator"
                  ) if len(w.operators) > 1 else ""
         steps.append(f"upgrade {name}{order}: the chart's pre-upgrade hook applies its new "
-                     f"CRDs; {rollouts[name].line()}; `pulumi up` waits ({name}-rollout, up to "
-                     f"2 h) until the {policy} reports ready before it goes on")
+                     f"CRDs; {rollouts[name].line()}; `pulumi up` waits "
+                     f"({v.name(v.ROLLOUT, name)}, up to 2 h) until the {policy} reports ready "
+                     "before it goes on")
     if w.upgrade is not None:
         steps.extend(upgrade_steps(*w.upgrade, new_inputs))
     if w.kubelet is not None:
@@ -183,12 +186,12 @@ def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None
         steps.append(endpoint_refusal(*moved))
     for host in w.control_plane:
         steps.append(
-            f"control-plane settings change in {host}-kubeadm-init: kubeadm applies them only "
-            "at init, and the guarded re-run leaves a running control plane as it is. Apply "
-            "them by kubeadm's reconfiguration procedure (the kubeadm-config ConfigMap, then "
-            "each control-plane node's static Pod manifests, one node at a time). A Kubernetes "
-            "version change is a `kubeadm upgrade`; the pod and service subnets and the cluster "
-            "domain cannot change on a running cluster")
+            f"control-plane settings change in {v.name(v.KUBEADM_INIT, host)}: kubeadm applies "
+            "them only at init, and the guarded re-run leaves a running control plane as it is. "
+            "Apply them by kubeadm's reconfiguration procedure (the kubeadm-config ConfigMap, "
+            "then each control-plane node's static Pod manifests, one node at a time). A "
+            "Kubernetes version change is a `kubeadm upgrade`; the pod and service subnets and "
+            "the cluster domain cannot change on a running cluster")
     if w.rejoined:
         which = (f"{len(w.rejoined)} joined nodes ({_span(w.rejoined)})" if len(w.rejoined) > 1
                  else w.rejoined[0])

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..conventions import names, subject
 from ..conventions import ports as _ports
-from ..conventions import suffix as _suffix
 from ..diff import Change
 from ..replacements import sm_roles
 
@@ -27,11 +27,11 @@ class CableMove:
 
 
 def _switch(ch: Change) -> str | None:
-    """The switch whose port map this change is, if it is one (`<switch>-config` of the fabric
-    layer; other layers have `-config` commands too, e.g. the kubelet's)."""
-    if ch.layer != "fabric" or ch.type != "command:remote:Command":
+    """The switch whose port map this change is, if it is one (a switch's command set, in the
+    fabric layer)."""
+    if ch.type != "command:remote:Command":
         return None
-    return _suffix(ch.name, "-config")
+    return subject(ch.name, names().SWITCH_CONFIG, ch.layer)
 
 
 def cable_moves(changes: Iterable[Change],

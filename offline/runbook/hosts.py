@@ -11,17 +11,18 @@ from typing import Any
 
 from ..acceptance import gate_urn, gpu_nodes, mark_untested
 from ..addresses import address_steps
+from ..conventions import names, resource_name, subject
 from ..conventions import span as _span
-from ..conventions import suffix as _suffix
 from ..diff import Change
 from ..operators import host_driver_change
 from ..replacements import replaced_boards, replaced_switches
 from .cabling import cable_moves
 
 
-def hosts_with(changes: Iterable[Change], suffix: str, action: str) -> list[str]:
+def hosts_with(changes: Iterable[Change], role: str, action: str) -> list[str]:
+    """The hosts whose resource of `role` (a name's role, `names()`) the changes `action`."""
     return sorted(h for c in changes if c.action == action
-                  if (h := _suffix(c.name, suffix)) is not None)
+                  if (h := subject(c.name, role)) is not None)
 
 
 def rehosted(changes: Iterable[Change]) -> list[tuple[str, str, str]]:
@@ -40,7 +41,7 @@ def rehosted(changes: Iterable[Change]) -> list[tuple[str, str, str]]:
 def _members(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
     """Hosts that are Kubernetes nodes in the new rendering (they have a `<host>-member`)."""
     return {h for urn in new_inputs or {}
-            if (h := _suffix(urn.rpartition("::")[2], "-member")) is not None}
+            if (h := subject(resource_name(urn), names().MEMBER)) is not None}
 
 
 def drained_hosts(changes: Iterable[Change],
@@ -48,13 +49,13 @@ def drained_hosts(changes: Iterable[Change],
     """Cluster members drained by hand because their cables move, and members leaving. Hosts
     that are not Kubernetes nodes (the subnet-manager hosts) are never drained."""
     changes = list(changes)
-    leaving = hosts_with(changes, "-member", "delete")
-    joining = hosts_with(changes, "-kubeadm-join", "create")
+    leaving = hosts_with(changes, names().MEMBER, "delete")
+    joining = hosts_with(changes, names().KUBEADM_JOIN, "create")
     members = _members(new_inputs)
     peers = {m.split(" ")[0] for mv in cable_moves(changes, new_inputs)
              for m in (mv.old, mv.new) if m}
     moved = {h for h in peers | set(replaced_boards(changes)) if h in members}
-    decommissioning = set(hosts_with(changes, "-decommission", "create"))
+    decommissioning = set(hosts_with(changes, names().DECOMMISSION, "create"))
     return sorted(set(leaving) | decommissioning | (moved - set(joining)))
 
 
@@ -63,8 +64,8 @@ def recabled_hosts(changes: Iterable[Change],
     """Members drained because their cables move, that stay in the cluster on the same
     board."""
     changes = list(changes)
-    out = set(hosts_with(changes, "-member", "delete")) | set(replaced_boards(changes))
-    out |= set(hosts_with(changes, "-decommission", "create"))
+    out = set(hosts_with(changes, names().MEMBER, "delete")) | set(replaced_boards(changes))
+    out |= set(hosts_with(changes, names().DECOMMISSION, "create"))
     return [h for h in drained_hosts(changes, new_inputs) if h not in out]
 
 
@@ -83,15 +84,15 @@ def retested_hosts(changes: Iterable[Change],
 
 def joined_hosts(changes: Iterable[Change]) -> list[str]:
     """Hosts that join the cluster in this change (a kubeadm join of their own is created)."""
-    return hosts_with(changes, "-kubeadm-join", "create")
+    return hosts_with(changes, names().KUBEADM_JOIN, "create")
 
 
 def rebooted_hosts(changes: Iterable[Change]) -> list[str]:
     """GPU nodes already in the stack whose planned-reboot chain is re-created."""
     changes = list(changes)
-    joining = set(hosts_with(changes, "-kubeadm-join", "create"))
-    return sorted(h for h in hosts_with(changes, "-reboot", "create")
-                  + hosts_with(changes, "-reboot", "replace") if h not in joining)
+    joining = set(hosts_with(changes, names().KUBEADM_JOIN, "create"))
+    return sorted(h for h in hosts_with(changes, names().REBOOT, "create")
+                  + hosts_with(changes, names().REBOOT, "replace") if h not in joining)
 
 
 # What a command logs in with: a rotation or a new board behind the same address changes these,
@@ -105,8 +106,8 @@ def login_only(change: Change) -> bool:
     beyond the rotation's or the board's own. (A host's preparation with a new host key is
     where a board swap is read from: it stays.)"""
     lines = [ln for ln in change.text_diffs.get("connection", []) if ln[:1] in ("-", "+")]
-    board = _suffix(change.name, "-prepare") and any(ln[1:].startswith("hostKey: ")
-                                                      for ln in lines)
+    board = subject(change.name, names().PREPARE) and any(
+        ln[1:].startswith("hostKey: ") for ln in lines)
     return (change.action == "update" and change.paths == ["connection"] and bool(lines)
             and all(ln[1:].startswith(_LOGIN) for ln in lines) and not board)
 
@@ -138,7 +139,7 @@ def sm_step(changes: Iterable[Change], sms: list[str],
     """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (whose
     apply script waits for MASTER) last."""
     stdin = {h: str((new_inputs or {}).get(c.urn, {}).get("stdin", "")) for c in changes
-             if (h := _suffix(c.name, "-opensm")) in sms}
+             if (h := subject(c.name, names().OPENSM)) in sms}
     master = {h for h, text in stdin.items() if "not MASTER;" in text}
     order = sorted(sms, key=lambda h: (h in master, h))
     standbys = [h for h in order if h not in master]
@@ -158,7 +159,7 @@ def membership_steps(changes: list[Change], decommissioning: list[str], leaving:
                      recabled: list[str], retested: list[str]) -> list[str]:
     """Nodes decommissioned, leaving, or drained before their cables move."""
     steps = []
-    decommissioned = set(hosts_with(changes, "-decommission", "delete"))
+    decommissioned = set(hosts_with(changes, names().DECOMMISSION, "delete"))
     for host in decommissioning:
         steps.append(
             f"decommission {host}: `pulumi up` cordons and drains it on the control plane "

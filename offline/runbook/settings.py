@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..conventions import names, resource_name, subject
 from ..conventions import span as _span
-from ..conventions import suffix as _suffix
 from ..diff import Change
 
 # Kubelet settings whose change needs the kubelet's checkpoint removed before it restarts.
@@ -21,9 +21,10 @@ def kubelet_roll(change: Change, joining: list[str],
                  new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """A changed KubeletConfiguration: uploaded by `pulumi up`, rolled by hand node by node."""
     # Control-plane hosts run a kubelet with the same settings: every host that inits or joins.
-    resources = [urn.rpartition("::")[2] for urn in new_inputs or {}]
-    members = sorted({h for name in resources for suffix in ("-kubeadm-init", "-kubeadm-join")
-                      if (h := _suffix(name, suffix)) is not None})
+    resources = [resource_name(urn) for urn in new_inputs or {}]
+    members = sorted({h for name in resources
+                      for role in (names().KUBEADM_INIT, names().KUBEADM_JOIN)
+                      if (h := subject(name, role)) is not None})
     existing = [h for h in members if h not in joining]
     changed = " ".join(change.text_diffs.get("stdin", []))
     states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if f"{key}:" in changed]
@@ -55,7 +56,7 @@ def control_plane_settings(changes: Iterable[Change], kubelet: Change | None) ->
     carried = set(kubelet.text_diffs.get("stdin", [])) if kubelet is not None else set()
     hosts = []
     for c in changes:
-        host = _suffix(c.name, "-kubeadm-init")
+        host = subject(c.name, names().KUBEADM_INIT)
         if host is None or c.action not in ("update", "replace"):
             continue
         lines = set(c.text_diffs.get("stdin", []))
@@ -72,7 +73,7 @@ def endpoint_move(changes: Iterable[Change]) -> tuple[str, str] | None:
     kubeadm cannot move a running cluster (components/planning/refusals.endpoint_moved)."""
     moved: dict[str, str] = {}
     for c in changes:
-        if c.name.endswith("-kubeadm-init") and c.action in ("update", "replace"):
+        if subject(c.name, names().KUBEADM_INIT) and c.action in ("update", "replace"):
             for line in c.text_diffs.get("stdin", []):
                 if (m := _ENDPOINT_LINE.match(line)) is not None:
                     moved[m.group(1)] = m.group(2)

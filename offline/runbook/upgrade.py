@@ -1,6 +1,6 @@
-"""The Kubernetes upgrade a diff implies (a new kubernetesVersion of `<host>-kubeadm-init`):
-kubeadm's version skew policy, the batches of GPU nodes per SU (as the drain scripts and the
-placement labels carry them), how long a drain waits for a gang job, and the steps in
+"""The Kubernetes upgrade a diff implies (a new release in the kubeadm cluster's published
+facts): kubeadm's version skew policy, the batches of GPU nodes per SU (as the drain scripts
+and the placement labels carry them), how long a drain waits for a gang job, and the steps in
 kubeadm's order."""
 
 from __future__ import annotations
@@ -9,29 +9,27 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..conventions import suffix as _suffix
+from ..conventions import names, resource_name, subject
 from ..diff import Change
 from .hosts import hosts_with
 
-_VERSION_LINE = re.compile(r"^[-+]\s*kubernetesVersion: v(\d+)\.(\d+)\.(\d+)$")
-_PKG_LINE = re.compile(r'^\+KUBE_PKG_VERSION="([^"]+)"$')
+# The kubeadm cluster (components/bootstrap.py) and what it publishes where the stack inits the
+# control plane (components/planning/facts.py kubernetes_facts).
+CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"
+VERSION, PACKAGES = "facts.kubernetesVersion", "facts.kubernetesPackages"
 
 
 def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None:
-    """(old version, new version, new package version) when the control plane's
-    kubernetesVersion changes, else None."""
-    old = new = pkg = None
-    for c in changes:
-        for line in c.text_diffs.get("stdin", []):
-            m = _VERSION_LINE.match(line)
-            if m and c.name.endswith("-kubeadm-init"):
-                version = ".".join(m.groups())
-                old, new = (version, new) if line.startswith("-") else (old, version)
-            if (p := _PKG_LINE.match(line)) is not None:
-                pkg = p.group(1)
+    """(old version, new version, new package version) when the Kubernetes release the
+    cluster publishes changes, else None."""
+    cluster = next((c for c in changes if c.type == CLUSTER_TYPE), None)
+    if cluster is None:
+        return None
+    old, new = cluster.values.get(VERSION, (None, None))
     if not (old and new and old != new):
         return None
-    return old, new, pkg or f"{new}-*"
+    pkg = cluster.values.get(PACKAGES, (None, None))[1]
+    return str(old), str(new), str(pkg or f"{new}-*")
 
 
 def upgrade_refused(old: str, new: str) -> bool:
@@ -41,8 +39,13 @@ def upgrade_refused(old: str, new: str) -> bool:
     return n < o or n[0] != o[0] or n[1] - o[1] > 1
 
 
-def other_than_version(change: Change, path: str = "stdin") -> bool:
-    return any(not _VERSION_LINE.match(line) for line in change.text_diffs.get(path, []))
+def other_than_version(change: Change, upgrade: tuple[str, str, str],
+                       path: str = "stdin") -> bool:
+    """Whether `change` changes more in its script (`path`) than the line kubeadm's
+    configuration names the release in, which the upgrade steps carry."""
+    release = {f"-kubernetesVersion: v{upgrade[0]}", f"+kubernetesVersion: v{upgrade[1]}"}
+    return any(line[:1] + line[1:].strip() not in release
+               for line in change.text_diffs.get(path, []))
 
 
 _BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
@@ -57,10 +60,10 @@ def upgrade_lanes(new_inputs: Mapping[str, Mapping[str, Any]] | None
 
     inputs = new_inputs or {}
     su_of = {str(meta.get("name")): str((meta.get("labels") or {}).get(SU_LABEL, ""))
-             for urn, i in inputs.items() if urn.endswith("-placement")
+             for urn, i in inputs.items() if subject(resource_name(urn), names().PLACEMENT)
              for meta in [i.get("metadata") or {}]}
     batches = {tuple(m.group(1).split()) for urn, i in inputs.items()
-               if urn.endswith("-upgrade-drain")
+               if subject(resource_name(urn), names().UPGRADE_DRAIN)
                if (m := _BATCH.search(str(i.get("create", ""))))}
     lanes: dict[str, list[list[str]]] = {}
     for batch in sorted(batches):
@@ -76,8 +79,9 @@ def _su_order(su: str) -> tuple[int, str]:
 def upgraded_control_planes(changes: Iterable[Change]) -> list[str]:
     """Control-plane hosts whose upgrade command re-runs (GPU nodes have a drain beside it)."""
     changes = list(changes)
-    nodes = set(hosts_with(changes, "-upgrade-drain", "update"))
-    return sorted(h for h in hosts_with(changes, "-kubernetes-upgrade", "update") if h not in nodes)
+    nodes = set(hosts_with(changes, names().UPGRADE_DRAIN, "update"))
+    return sorted(h for h in hosts_with(changes, names().KUBERNETES_UPGRADE, "update")
+                  if h not in nodes)
 
 
 def batch_words(lanes: Mapping[str, list[list[str]]]) -> str:
@@ -104,8 +108,8 @@ _GANG_WAIT = re.compile(r"^GANG_WAIT_S=(\d+)$", re.M)
 def _gang_wait(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
     """How long a drain waits for a gang job, as the rendered drain scripts say."""
     for urn, inputs in (new_inputs or {}).items():
-        if urn.endswith("-upgrade-drain") and (m := _GANG_WAIT.search(str(inputs.get("create",
-                                                                                      "")))):
+        if subject(resource_name(urn), names().UPGRADE_DRAIN) and (
+                m := _GANG_WAIT.search(str(inputs.get("create", "")))):
             return f"{int(m.group(1)) // 60} min (kubernetes.gangWaitMinutes)"
     return "kubernetes.gangWaitMinutes"
 
@@ -121,12 +125,14 @@ def upgrade_steps(old: str, new: str, pkg: str,
                 "and never downgrades (version skew policy); the upgrade commands would stop on "
                 "the control plane. Do not apply this change: set kubernetes.version to a "
                 f"1.{o[1] + 1} release first, apply, then the next"]
-    names = [urn.rpartition("::")[2] for urn in new_inputs or {}]
-    upgraded = sorted(h for x in names if (h := _suffix(x, "-kubernetes-upgrade")))
-    first = next((h for x in names if (h := _suffix(x, "-kubeadm-init"))), "the first control "
-                 "plane")
-    others = sorted(h for h in upgraded if h != first and f"{h}-upgrade-drain" not in names
-                    and f"{h}-kubeadm-join" in names)
+    v = names()
+    resources = {resource_name(urn) for urn in new_inputs or {}}
+    upgraded = sorted(h for x in resources if (h := subject(x, v.KUBERNETES_UPGRADE)))
+    first = next((h for x in sorted(resources) if (h := subject(x, v.KUBEADM_INIT))),
+                 "the first control plane")
+    others = sorted(h for h in upgraded if h != first
+                    and v.name(v.UPGRADE_DRAIN, h) not in resources
+                    and v.name(v.KUBEADM_JOIN, h) in resources)
     lanes = upgrade_lanes(new_inputs)
     steps = [
         f"Kubernetes upgrade {old} -> {new} (packages {pkg}): `pulumi up` runs kubeadm's "
