@@ -9,10 +9,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .conventions import span
+from .conventions import names, resource_name, span, subject
 from .diff import Change
 
-GATE = "-acceptance"  # the gate command: <test>-acceptance, in the workloads layer
 # The gate's own words for how long it waits for its run's GPUs (scripts/acceptance/gate.sh).
 WAIT = re.compile(r"were not free within (\d+) minutes")
 # components/planning/labels.py UNTESTED_LABEL; a copy, since the preview runs without the
@@ -22,12 +21,13 @@ UNTESTED = "gpucluster.io/untested"
 
 def gate_change(changes: Iterable[Change]) -> Change | None:
     return next((c for c in changes if c.type == "command:remote:Command"
-                 and c.layer == "workloads" and c.name.endswith(GATE)), None)
+                 and subject(c.name, names().ACCEPTANCE, c.layer)), None)
 
 
 def gate_urn(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str | None:
     return next((u for u in new_inputs or {}
-                 if u.endswith(GATE) and "command:remote:Command::" in u), None)
+                 if "command:remote:Command::" in u
+                 and subject(resource_name(u), names().ACCEPTANCE)), None)
 
 
 def gpu_nodes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .conventions import suffix
+from .conventions import names, subject
 from .diff import Change
 
 # A rail interface's address in the host preparation's netplan: `      addresses: [a.b.c.d/n]`.
@@ -18,7 +18,7 @@ def readdressed(changes: Iterable[Change]) -> dict[str, list[tuple[str, str]]]:
     """host -> (old, new) of each rail address that changes, in rail order."""
     out = {}
     for c in changes:
-        host = suffix(c.name, "-prepare")
+        host = subject(c.name, names().PREPARE)
         if not host or c.action != "update":
             continue
         found = [m for line in c.text_diffs.get("stdin", []) if (m := _ADDRESS.match(line))]

@@ -1,5 +1,6 @@
-"""The stack's conventions the preview's readers share (pure): what a resource is for by its
-name's suffix, the switches' port-description format, a run of hosts as a reader sees it."""
+"""The stack's conventions the preview's readers share (pure): what a resource is for, looked up
+in the stack's vocabulary of names, the switches' port-description format, a run of hosts as a
+reader sees it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,26 @@ def ports() -> ModuleType:
     return port_descriptions
 
 
-def suffix(name: str, end: str) -> str | None:
-    """What a resource named `<x><end>` is for (`gpu-node-03-prepare` -> `gpu-node-03`)."""
-    return name[: -len(end)] if name.endswith(end) else None
+@cache
+def names() -> ModuleType:
+    """The stack's vocabulary of resource names and roles (components/planning/names.py),
+    imported on first use: the program's own `components` package is the first this process
+    imports."""
+    from components.planning import names as vocabulary
+
+    return vocabulary
+
+
+def subject(name: str, role: str, layer: str | None = None) -> str | None:
+    """The host, switch, release or workload whose resource of `role` (one of `names()`'s
+    roles) the resource `name` is, else None (`gpu-node-03-prepare`, PREPARE -> `gpu-node-03`);
+    among `layer`'s roles when given."""
+    return names().subject(name, role, layer)
+
+
+def resource_name(urn: str) -> str:
+    """The name a URN ends with."""
+    return urn.rpartition("::")[2]
 
 
 def span(hosts: Sequence[str], whole_up_to: int = 0) -> str:

@@ -1,6 +1,6 @@
 """The first lines of a preview: what a change does to hardware and running work.
 
-Read from the diff alone, like the runbook (offline/runbook.py, whose conventions it shares):
+Read from the diff alone, like the runbook (offline/runbook/, whose conventions it shares):
 existing links that move, cables to plug and to pull (by media and reach, as the port
 descriptions carry them), switches to rack or retire, nodes drained or rebooted, and whether
 running work sees an outage. The full bill of materials of the new plan is
@@ -31,20 +31,12 @@ from .replacements import (
     replaced_switches,
 )
 from .rotations import Rotation, secret_rotations
-from .runbook import (
-    CableMove,
-    Cabling,
+from .runbook.cabling import CableMove, Cabling, cable_moves, cabling, switch_changes
+from .runbook.hosts import drained_hosts, joined_hosts, rebooted_hosts, retested_hosts
+from .runbook.settings import endpoint_move, endpoint_refusal
+from .runbook.upgrade import (
     batch_words,
-    cable_moves,
-    cabling,
-    drained_hosts,
-    endpoint_move,
-    endpoint_refusal,
-    joined_hosts,
     kubernetes_upgrade,
-    rebooted_hosts,
-    retested_hosts,
-    switch_changes,
     upgrade_lanes,
     upgrade_refused,
     upgraded_control_planes,

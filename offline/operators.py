@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .conventions import span, suffix
+from .conventions import names, resource_name, span, subject
 from .diff import Change
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -55,9 +55,9 @@ def _gpu_nodes(changes: list[Change], new_inputs: Mapping[str, Mapping[str, Any]
     """The GPU nodes already in the cluster (each has a planned-reboot chain); a node that
     joins in this change starts with the new driver."""
     joining = {h for c in changes if c.action == "create"
-               and (h := suffix(c.name, "-kubeadm-join")) is not None}
+               and (h := subject(c.name, names().KUBEADM_JOIN)) is not None}
     return sorted(h for urn in new_inputs
-                  if (h := suffix(urn.rpartition("::")[2], "-reboot")) is not None
+                  if (h := subject(resource_name(urn), names().REBOOT)) is not None
                   and h not in joining)
 
 
@@ -160,13 +160,14 @@ def host_driver_change(changes: Iterable[Change]) -> tuple[str, str, list[str]] 
     found: dict[str, str] = {}
     nodes = []
     for c in changes:
-        if c.type != COMMAND or not c.name.endswith("-reboot"):
+        node = subject(c.name, names().REBOOT)
+        if c.type != COMMAND or node is None:
             continue
         lines = {m.group(1): m.group(2)
                  for m in map(_HOST_DRIVER.match, c.text_diffs.get("stdin", ())) if m}
         if lines:
             found |= lines
-            nodes.append(c.name.removesuffix("-reboot"))
+            nodes.append(node)
     if not nodes:
         return None
     return found.get("-") or "none", found.get("+") or "the operator's", sorted(nodes)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .acceptance import mark_untested, retest_step
+from .conventions import names, resource_name, subject
 from .conventions import ports as _ports
 from .conventions import span as _span
-from .conventions import suffix as _suffix
 from .diff import Change
 
 
@@ -25,7 +25,7 @@ def sm_roles(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, st
     """Each subnet-manager host's role: its apply script waits for MASTER on the master."""
     return {h: "master" if "not MASTER;" in str(inputs.get("stdin", "")) else "standby"
             for urn, inputs in (new_inputs or {}).items()
-            if (h := _suffix(urn.rpartition("::")[2], "-opensm")) is not None}
+            if (h := subject(resource_name(urn), names().OPENSM)) is not None}
 
 
 def _changed(lines: list[str], prefix: str) -> bool:
@@ -39,7 +39,7 @@ def replaced_boards(changes: Iterable[Change]) -> list[str]:
     management MAC (a new board that kept its OS drives)."""
     out = []
     for c in changes:
-        host = _suffix(c.name, "-prepare")
+        host = subject(c.name, names().PREPARE)
         if not host or c.action != "update":
             continue
         login = c.text_diffs.get("connection", [])
@@ -54,17 +54,18 @@ def control_planes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[s
     """The control-plane hosts: each gets the cluster's identities once it serves the API
     (`<host>-identities`, the first one's after `kubeadm init`, the others' after their join)."""
     return sorted(h for urn in new_inputs or {}
-                  if (h := _suffix(urn.rpartition("::")[2], "-identities")) is not None)
+                  if (h := subject(resource_name(urn), names().IDENTITIES)) is not None)
 
 
 def host_role(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
     """What a host is, by the resources the stack gives it: "control-plane" (it serves the
     API), "sm-host" (it runs a subnet manager), "gpu-node" (a planned-reboot chain) or
     "host"."""
-    names = {urn.rpartition("::")[2] for urn in new_inputs or {}}
-    for suffix, role in (("-identities", "control-plane"), ("-opensm", "sm-host"),
-                         ("-reboot", "gpu-node")):
-        if f"{host}{suffix}" in names:
+    v = names()
+    resources = {resource_name(urn) for urn in new_inputs or {}}
+    for resource, role in ((v.IDENTITIES, "control-plane"), (v.OPENSM, "sm-host"),
+                           (v.REBOOT, "gpu-node")):
+        if v.name(resource, host) in resources:
             return role
     return "host"
 
@@ -75,7 +76,7 @@ def host_ports(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
     the switches' port maps: a GPU node's rails, a subnet manager host's HCA."""
     out = []
     for urn, inputs in (new_inputs or {}).items():
-        if (sw := _suffix(urn.rpartition("::")[2], "-config")) is None:
+        if (sw := subject(resource_name(urn), names().SWITCH_CONFIG)) is None:
             continue
         for port, desc in _ports().port_descriptions(str(inputs.get("stdin", ""))).items():
             if (peer := _ports().hca_peer(desc)) is not None:
@@ -112,7 +113,7 @@ def replaced_hcas(changes: Iterable[Change]) -> list[HcaSwap]:
     boards = set(replaced_boards(changes))
     found: dict[tuple[str, int, str], dict[str, str]] = {}
     for c in changes:
-        if c.action != "update" or _suffix(c.name, "-opensm") is None:
+        if c.action != "update" or subject(c.name, names().OPENSM) is None:
             continue
         for line in c.text_diffs.get("stdin", []):
             if m := _GUID_NAME.match(line):
@@ -154,7 +155,7 @@ def replaced_switches(changes: Iterable[Change],
     a new chassis behind the same name, with what is cabled to it (its port map)."""
     found: dict[str, dict[str, str]] = {}
     for c in changes:
-        if c.action != "update" or _suffix(c.name, "-opensm") is None:
+        if c.action != "update" or subject(c.name, names().OPENSM) is None:
             continue
         for line in c.text_diffs.get("stdin", []):
             if m := _GUID_SWITCH.match(line):
@@ -164,7 +165,7 @@ def replaced_switches(changes: Iterable[Change],
         if sides.keys() != {"-", "+"} or sides["-"] == sides["+"]:
             continue
         config = next((inputs for urn, inputs in (new_inputs or {}).items()
-                       if urn.rpartition("::")[2] == f"{sw}-config"), {})
+                       if resource_name(urn) == names().name(names().SWITCH_CONFIG, sw)), {})
         descs = _ports().port_descriptions(str(config.get("stdin", "")))
         hcas = [peer for d in descs.values() if (peer := _ports().hca_peer(d))]
         uplinks = [d for d in descs.values() if _ports().switch_peer(d)]
@@ -250,10 +251,10 @@ def management_mac(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
 def management_macs(hosts: Iterable[str], new_inputs: Mapping[str, Mapping[str, Any]] | None
                     ) -> dict[str, str]:
     """`management_mac` of each of `hosts` that has one, in one pass over the resources."""
-    prepares = {f"{h}-prepare": h for h in hosts}
+    prepares = {names().name(names().PREPARE, h): h for h in hosts}
     macs = {}
     for urn, inputs in (new_inputs or {}).items():
-        host = prepares.get(urn.rsplit("::", 1)[-1])
+        host = prepares.get(resource_name(urn))
         if host and (mac := _MANAGEMENT_MAC.search(str(inputs.get("stdin", "")))):
             macs[host] = mac.group(1)
     return macs

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .conventions import suffix as _suffix
+from .conventions import names, subject
 from .diff import Change
 
 # Where a secret sits in a command's inputs → the secret (offline/stackconfig.SECRET_IDENTITIES).
@@ -62,7 +62,7 @@ def secret_rotations(changes: Iterable[Change],
                 host = _connection_host(c.urn, new_inputs)
                 if host:
                     entry["hosts"].add(host)
-    added = {fingerprint_of(line[1:]) for c in changes if _suffix(c.name, "-ssh-keys")
+    added = {fingerprint_of(line[1:]) for c in changes if subject(c.name, names().SSH_KEYS)
              for line in _added_lines(c.text_diffs.get("stdin", []))}
     out = []
     for secret, e in sorted(found.items()):

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 import yaml
 
 from . import site_inputs
+from .conventions import names, subject
 from .diff import Diff, diff_json
 from .impact import impact
 from .preview import EXIT_CONFIG, EXIT_ERROR, EXIT_MANDATORY, EXIT_OK, EXIT_REFUSED
@@ -92,7 +93,7 @@ def apply_order(found: list[tuple[str, str]], removing: set[str]) -> tuple[list[
 
 def _removes_nodes(diff: list[dict[str, Any]]) -> bool:
     return any(c.get("action") == "delete" and c.get("type") in LEAVING for c in diff) or \
-        any(str(c.get("name", "")).endswith("-decommission") and c.get("action") == "create"
+        any(subject(str(c.get("name", "")), names().DECOMMISSION) and c.get("action") == "create"
             for c in diff)
 
 

@@ -22,7 +22,7 @@ from components.model.cluster import Cluster
 from components.planning import upgrade
 from components.planning.labels import SU_LABEL
 from components.wiring.loading import validate_cluster
-from offline.runbook import batch_words, upgrade_lanes
+from offline.runbook.upgrade import batch_words, upgrade_lanes
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "gpu-cluster:cluster"
@@ -252,8 +252,10 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
     hosts = [*planes, *gpus]  # the subnet-manager hosts run no Kubernetes
     # `<cp>-identities` rewrites the configuration identities are signed with (its version);
     # a further control plane's join carries the cluster's configuration too (its guarded
-    # re-run does nothing on a member: the upgrade commands apply the version).
+    # re-run does nothing on a member: the upgrade commands apply the version); the cluster
+    # (`kubernetes`) publishes the release the preview reads the upgrade from.
     expected = ({f"{h}-prepare" for h in hosts} | {f"{CP}-kubeadm-init", "kubelet-config"}
+                | {"kubernetes"}
                 | {f"{h}-{s}" for h in planes for s in ("kubernetes-upgrade", "identities")}
                 | {f"{h}-kubeadm-join" for h in planes[1:]}
                 | {f"{h}-{s}" for h in gpus

@@ -27,6 +27,7 @@ RELEASE_NET = ("kubernetes:helm.sh/v3:Release", "network-operator")
 INIT = ("command:remote:Command", "kubeadm-init")
 TOKEN = ("command:remote:Command", "gpu-node-00-join-token")
 FABRIC = ("gpucluster:fabric:InfinibandFabric", "")
+CLUSTER = ("gpucluster:bootstrap:KubeadmCluster", "")
 NS = ("kubernetes:core/v1:Namespace", "training")
 DENY = ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "training-default-deny-ingress")
 POOL = ("kubernetes:metallb.io/v1beta1:IPAddressPool", "")
@@ -268,6 +269,10 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     "helm-release-atomic": (RELEASE_GPU, rel("atomic", False), rel("timeout", 1800)),
     "component-versions-compatible": (RELEASE_NET, rel("version", "26.4.0"),
                                       rel("version", "v26.4.1")),
+    # The release the cluster publishes: Network Operator 26.4.1 ends at 1.35.
+    "component-versions-compatible/kubernetes-release": (
+        CLUSTER, lambda p: p["facts"].update(kubernetesVersion="1.36.0"),
+        lambda p: p["facts"].update(kubernetesVersion="1.35.9")),
     # The driver container switched back on beside the hosts' driver (prod: driver: host); the
     # near miss is the operator's toolkit, which configures containerd whoever owns the driver.
     "gpu-driver-one-owner": (RELEASE_GPU, lambda p: p["values"]["driver"].update(enabled=True),

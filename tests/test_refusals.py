@@ -12,7 +12,8 @@ from support.sandbox import prod_cluster
 
 from components.planning import refusals
 from offline.diff import Change
-from offline.runbook import endpoint_move, upgrade_refused
+from offline.runbook.settings import endpoint_move
+from offline.runbook.upgrade import upgrade_refused
 
 
 @pytest.mark.parametrize(("new", "refused"), [

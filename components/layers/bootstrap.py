@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from components.layers.hardware import BareMetalNode
 from components.layers.kube import cluster_provider
 from components.layers.remote import remote_command
-from components.planning import kubeadm, reboot
+from components.planning import kubeadm, names, reboot
 
 # Commands whose stdout carries a credential: kept secret in state and never logged.
 QUIET = command.remote.Logging.NONE
@@ -86,6 +86,9 @@ class KubeadmClusterArgs:
     # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
     decommission: frozenset[str] = frozenset()
     upgrade: KubernetesUpgrade | None = None
+    # What the stack that inits the control plane publishes (facts.kubernetes_facts): for the
+    # pack's rules, and the preview's reading of an upgrade.
+    facts: dict[str, str] | None = None
 
 
 def _present(*resources: Any) -> list[Any]:
@@ -115,7 +118,8 @@ class KubeadmCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KubeadmClusterArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:bootstrap:KubeadmCluster", name, None, opts)
+        facts = {"facts": args.facts} if args.facts else None
+        super().__init__("gpucluster:bootstrap:KubeadmCluster", name, facts, opts)
         cp = args.init_host
         self._init_control_plane(args, cp)
         after_init = _present(self.init)
@@ -130,7 +134,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         self._before_join = _present(self.kubelet_config)
         self._before_worker_join = _present(self.kubelet_config, self.identities.get(cp.hostname))
         self.ca_cert_hash = remote_command(
-            "ca-cert-hash",
+            names.CA_CERT_HASH,
             connection=cp.connection,
             create=kubeadm.root_pipeline(kubeadm.CA_HASH_COMMAND),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after_init),
@@ -149,7 +153,8 @@ class KubeadmCluster(pulumi.ComponentResource):
             self.members[host] = self._join(node, args, cp)
         self.node_upgrades = self._upgrade_nodes(args, cp)
         self._place_workers(args, cp)
-        self.register_outputs({"workers": sorted(self.members)})
+        # The engine shows stack policies a component's registered outputs, not its inputs.
+        self.register_outputs({"workers": sorted(self.members), **(facts or {})})
 
     def _init_control_plane(self, args: KubeadmClusterArgs, cp: ControlPlaneHost) -> None:
         """`kubeadm init` on the first control plane (only the stack that owns it), its
@@ -162,7 +167,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         # `kubeadm init` is guarded in the script, protected here, and has no delete
         # action: nothing the stack does can reset a live control plane.
         self.init = remote_command(
-            f"{cp.hostname}-kubeadm-init",
+            names.name(names.KUBEADM_INIT, cp.hostname),
             connection=cp.connection,
             create="sudo bash -s",
             stdin=args.init_script,
@@ -174,7 +179,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         # copy of admin.conf leaves the host. Valid a year: renew by replacing this command.
         if args.stack_kubeconfig_command is not None:
             self.stack_kubeconfig = remote_command(
-                "stack-kubeconfig",
+                names.STACK_KUBECONFIG,
                 connection=cp.connection,
                 create=args.stack_kubeconfig_command,
                 logging=QUIET,
@@ -190,7 +195,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         if args.kubelet_config_script is None:
             return None
         return remote_command(
-            "kubelet-config",
+            names.KUBELET_CONFIG,
             connection=cp.connection,
             create="sudo bash -s",
             stdin=args.kubelet_config_script,
@@ -205,14 +210,14 @@ class KubeadmCluster(pulumi.ComponentResource):
         # by then), deletes the Node and resets the host through `<host>-member`.
         self.decommissions = {
             host: remote_command(
-                f"{host}-decommission", connection=cp.connection,
+                names.name(names.DECOMMISSION, host), connection=cp.connection,
                 create=f"sudo bash -c {shlex.quote(kubeadm.decommission_script(host))}",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.members[host]]))
             for host in sorted(args.decommission) if host in self.members
         }
         self.node_patches = {
             host: k8s.core.v1.NodePatch(
-                f"{host}-placement",
+                names.name(names.PLACEMENT, host),
                 metadata={"name": host, "labels": labels},
                 opts=pulumi.ResourceOptions(parent=self, provider=self.provider,
                                             depends_on=[self.members[host]]),
@@ -236,7 +241,7 @@ class KubeadmCluster(pulumi.ComponentResource):
             after = ([self.init, *_present(cp.prepared)] if node is None else
                      [node.prepared, self.control_plane_joins[host], list(done.values())[-1]])
             done[host] = remote_command(
-                f"{host}-kubernetes-upgrade",
+                names.name(names.KUBERNETES_UPGRADE, host),
                 connection=cp.connection if node is None else node.connection,
                 create="sudo bash -s", stdin=script,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=after))
@@ -265,17 +270,17 @@ class KubeadmCluster(pulumi.ComponentResource):
                     continue
                 node = workers[host]
                 drain = remote_command(
-                    f"{host}-upgrade-drain", connection=cp.connection,
+                    names.name(names.UPGRADE_DRAIN, host), connection=cp.connection,
                     create=f"sudo bash -c {shlex.quote(up.drains[host])}",
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[
                         self.members[host], *_present(self._reboot_uncordons.get(host)),
                         *previous]))
                 done[host] = remote_command(
-                    f"{host}-kubernetes-upgrade", connection=node.connection,
+                    names.name(names.KUBERNETES_UPGRADE, host), connection=node.connection,
                     create="sudo bash -s", stdin=up.nodes[host],
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[drain, node.prepared]))
                 finished.append(remote_command(
-                    f"{host}-upgrade-uncordon", connection=cp.connection,
+                    names.name(names.UPGRADE_UNCORDON, host), connection=cp.connection,
                     create=f"sudo bash -c {shlex.quote(up.uncordons[host])}",
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[done[host]])))
             previous = finished or previous
@@ -296,7 +301,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         if not args.control_planes:
             return {}
         encryption = self._read_secret(
-            "encryption-config", cp, "sudo cat /etc/kubernetes/encryption-config.yaml")
+            names.ENCRYPTION_CONFIG, cp, "sudo cat /etc/kubernetes/encryption-config.yaml")
         joins: dict[str, command.remote.Command] = {}
         previous: list[Any] = _present(self.init)
         for host, node in sorted(args.control_planes.items()):
@@ -305,10 +310,10 @@ class KubeadmCluster(pulumi.ComponentResource):
             # One Secret holds them, replaced by each upload: a key uploaded before the
             # previous join would leave that join a key that no longer decrypts them.
             cert_key = self._read_secret(
-                f"{host}-certificate-key", cp,
+                names.name(names.CERTIFICATE_KEY, host), cp,
                 kubeadm.root_pipeline(kubeadm.CERTIFICATE_KEY_COMMAND), after=previous)
             joins[host] = remote_command(
-                f"{host}-kubeadm-join",
+                names.name(names.KUBEADM_JOIN, host),
                 connection=node.connection,
                 create=run_script(args.control_plane_scripts[host], "kubeadm-join"),
                 stdin=join_credentials(
@@ -333,7 +338,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         if script is None:
             return
         self.identities[host] = remote_command(
-            f"{host}-identities",
+            names.name(names.IDENTITIES, host),
             connection=connection,
             create="sudo bash -s",
             stdin=script,
@@ -344,7 +349,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         # One short-lived token per join: adding a node never touches the other nodes' joins.
         # A new board (`board`: its host key) gets a fresh one: the first has long expired.
         return self._read_secret(
-            f"{host}-join-token", cp,
+            names.name(names.JOIN_TOKEN, host), cp,
             "sudo " + kubeadm.TOKEN_COMMAND.format(ttl=args.token_ttl_minutes, host=host),
             triggers=[board] if board is not None else None)
 
@@ -363,7 +368,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         def opts(*after: Any) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, depends_on=list(after))
 
-        check = remote_command(f"{host}-reboot-check", connection=node.connection,
+        check = remote_command(names.name(names.REBOOT_CHECK, host), connection=node.connection,
                                create="sudo bash -s", stdin=plan.check,
                                triggers=[plan.fingerprint], opts=opts(node.prepared))
         # The drain acts on the check's verdict (its argument); the steps after it re-run
@@ -372,19 +377,19 @@ class KubeadmCluster(pulumi.ComponentResource):
             lambda out: "reboot" if reboot.REBOOT_REQUIRED in (out or "") else "none")
         triggers = [plan.fingerprint, verdict]
         drain = remote_command(
-            f"{host}-reboot-drain", connection=cp.connection,
+            names.name(names.REBOOT_DRAIN, host), connection=cp.connection,
             create=pulumi.Output.concat(f"sudo bash -c {shlex.quote(plan.drain)} drain ",
                                         verdict),
             triggers=triggers, opts=opts(check, *_present(self.init, queued_after)))
         self._reboot_drains[host] = drain
-        restart = remote_command(f"{host}-reboot", connection=node.connection,
+        restart = remote_command(names.name(names.REBOOT, host), connection=node.connection,
                                  create="sudo bash -s", stdin=plan.reboot, triggers=triggers,
                                  opts=opts(drain))
-        booted = remote_command(f"{host}-reboot-wait", connection=node.boot_connection,
-                                create="sudo bash -s", stdin=plan.after_boot,
-                                triggers=triggers, opts=opts(restart))
+        booted = remote_command(names.name(names.REBOOT_WAIT, host),
+                                connection=node.boot_connection, create="sudo bash -s",
+                                stdin=plan.after_boot, triggers=triggers, opts=opts(restart))
         self._reboot_uncordons[host] = remote_command(
-            f"{host}-reboot-uncordon", connection=cp.connection,
+            names.name(names.REBOOT_UNCORDON, host), connection=cp.connection,
             create=f"sudo bash -c {shlex.quote(plan.uncordon)}", triggers=triggers,
             opts=opts(booted))
         return booted
@@ -396,7 +401,7 @@ class KubeadmCluster(pulumi.ComponentResource):
                                       self._reboot_drains.get(args.reboot_queue.get(host, "")))
         token = self._join_token(host, cp, args, node.board)
         join = remote_command(
-            f"{host}-kubeadm-join",
+            names.name(names.KUBEADM_JOIN, host),
             connection=node.connection,
             create=run_script(args.join_scripts[host], "kubeadm-join"),
             stdin=join_credentials(token.stdout.apply(str.strip), self._ca_hash),
@@ -414,7 +419,7 @@ class KubeadmCluster(pulumi.ComponentResource):
         # register, not to be Ready: a node is NotReady until the CNI runs, and the CNI is
         # installed by the platform layer, which waits for this command.
         return remote_command(
-            f"{host}-member",
+            names.name(names.MEMBER, host),
             connection=cp.connection,
             create=f"sudo kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=create "
                    f"node/{host} --timeout=15m",

@@ -16,6 +16,7 @@ import pulumi_command as command
 
 from components.layers.hardware import BareMetalNode
 from components.layers.remote import remote_command
+from components.planning import names
 from components.planning.facts import fabric_facts
 from components.planning.subnet_manager import with_sm_keys
 
@@ -68,7 +69,7 @@ class InfinibandFabric(pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         for host, sm in args.sm_hosts.items():
             self.subnet_managers[host] = remote_command(
-                f"{host}-opensm",
+                names.name(names.OPENSM, host),
                 connection=sm.node.connection,
                 create="sudo bash -s",
                 stdin=pulumi.Output.secret(pulumi.Output.all(*args.sm_keys).apply(
@@ -82,7 +83,7 @@ class InfinibandFabric(pulumi.ComponentResource):
         sm_key = args.sm_keys[1] if len(args.sm_keys) > 1 else None
         self.rejoins = {
             host: remote_command(
-                f"{host}-opensm-rejoin",
+                names.name(names.OPENSM_REJOIN, host),
                 connection=sm.node.connection,
                 create="sudo bash -s",
                 stdin=sm.rejoin_script,
@@ -93,7 +94,7 @@ class InfinibandFabric(pulumi.ComponentResource):
         }
         self.switches = {
             sw: remote_command(
-                f"{sw}-config",
+                names.name(names.SWITCH_CONFIG, sw),
                 connection=command.remote.ConnectionArgs(
                     host=s.address, user=args.switch_user,
                     password=s.password if s.password is not None else args.switch_password,

@@ -9,7 +9,7 @@ import pulumi
 import pulumi_command as command
 
 from components.layers.remote import connection, remote_command
-from components.planning import reboot
+from components.planning import names, reboot
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class BareMetalNode(pulumi.ComponentResource):
         self.boot_connection = connection(args.address, args.ssh_user, args.ssh_private_key,
                                           args.ssh_host_key, reboot.BOOT_WAIT_DIALS)
         self.prepared = remote_command(
-            f"{name}-prepare",
+            names.name(names.PREPARE, name),
             connection=self.connection,
             create="sudo bash -s",
             stdin=args.prepare_script,
@@ -59,11 +59,11 @@ class BareMetalNode(pulumi.ComponentResource):
             # Its own command: a key rotation touches only this one, and the stack never logs
             # in with a key this command has not authorised in an earlier `pulumi up`.
             self.ssh_keys = remote_command(
-                f"{name}-ssh-keys", connection=self.connection, create="sudo bash -s",
+                names.name(names.SSH_KEYS, name), connection=self.connection, create="sudo bash -s",
                 stdin=args.authorized_keys_script, opts=pulumi.ResourceOptions(parent=self))
         if args.bmc_command:
             self.bmc = command.local.Command(
-                f"{name}-bmc",
+                names.name(names.BMC, name),
                 create=args.bmc_command,
                 environment={"BMC_PASSWORD": args.bmc_password},
                 triggers=[self.board],

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.layers.kube import KustomizeDirectory, apply
 from components.layers.remote import remote_command
+from components.planning import names
 from components.planning.platform import (
     OPERATOR_KINDS,
     ROLLOUT_READY,
@@ -122,7 +123,7 @@ class Platform(pulumi.ComponentResource):
             changed = hashlib.sha256(json.dumps(
                 [rel.chart.version, rel.values], sort_keys=True).encode()).hexdigest()[:16]
             self.objects[rel.name].append(remote_command(
-                f"{rel.name}-rollout", connection=args.wait_connection,
+                names.name(names.ROLLOUT, rel.name), connection=args.wait_connection,
                 create=rollout_wait_command(rel.name), triggers=[changed],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[
                     release, *self.objects[rel.name]])))

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.layers.kube import apply
 from components.layers.remote import remote_command
+from components.planning import names
 from components.planning.workloads import POLICY_SUPPRESS_ANNOTATION
 
 
@@ -54,8 +55,8 @@ class Workload(pulumi.ComponentResource):
         self.setup = None
         if args.setup is not None:
             self.setup = remote_command(
-                f"{name}-setup", connection=args.setup.connection, create="sudo bash -s",
-                stdin=args.setup.script, delete=args.setup.delete,
+                names.name(names.SETUP, name), connection=args.setup.connection,
+                create="sudo bash -s", stdin=args.setup.script, delete=args.setup.delete,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
         child = pulumi.ResourceOptions(parent=self, provider=args.provider,
                                        depends_on=[*args.depends_on,
@@ -67,7 +68,7 @@ class Workload(pulumi.ComponentResource):
             # Runs when created and again whenever the test or the checker changes; a failing
             # check fails the update (non-zero exit), and the failure is in the update's log.
             self.gate = remote_command(
-                f"{name}-acceptance",
+                names.name(names.ACCEPTANCE, name),
                 connection=g.connection,
                 create="sudo bash -s",  # reads /etc/kubernetes/admin.conf
                 stdin=g.script,

@@ -1,4 +1,9 @@
-"""Facts the policy pack needs that no Kubernetes object carries (pure, no pulumi import).
+"""Facts the policy pack and the preview need that no Kubernetes object carries (pure, no pulumi
+import).
+
+The kubeadm cluster publishes `kubernetes_facts(...)` the same way, where the stack inits the
+control plane: the pack's compatibility rule reads the release from it, and the preview reads
+an upgrade from its old and new values in a diff, neither from the scripts that carry it.
 
 The fabric component publishes `fabric_facts(...)` as its ComponentResource props (under the
 key `facts`), so CrossGuard resource rules on `gpucluster:fabric:InfinibandFabric` read them
@@ -15,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from components.planning.host_scripts import kube_pkg_version
 from components.planning.port_descriptions import hca_peer, port_descriptions, switch_peer
 
 _PKEY_LINE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(0x[0-9a-fA-F]+)\b")
@@ -80,3 +86,9 @@ def fabric_facts(switch_cli: Mapping[str, str],
         "subnetManagers": sms,
         "partitions": [{"name": n, "pkey": k} for n, k in sorted(partitions.items())],
     }
+
+
+def kubernetes_facts(version: str) -> dict[str, str]:
+    """The Kubernetes release the control plane is initialised and upgraded to, and the
+    version of the packages (kubeadm, kubelet, kubectl) the hosts install for it."""
+    return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version)}

@@ -65,6 +65,7 @@ from components.planning import (
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
+from components.planning.facts import kubernetes_facts
 from components.planning.subnet_manager import (
     sm_apply_script,
     sm_host_files,
@@ -310,6 +311,7 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
         reboot_queue=reboot.reboot_queue({n.hostname: n.su for n in nodes}),
         decommission=frozenset(cluster.gpu_nodes.decommission),
         upgrade=kube_upgrade,
+        facts=kubernetes_facts(cluster.kubernetes.version) if core else None,
     ), pulumi.ResourceOptions(depends_on=list(fabrics) or None))
 
     artifacts: Artifacts = {}

@@ -30,6 +30,9 @@ KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RDMA_RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
 FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
+# The kubeadm cluster: where the stack inits the control plane it publishes the Kubernetes
+# release (`facts.kubernetesVersion`, components/planning/facts.py kubernetes_facts).
+CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"
 STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"  # fabric.storageFabric
 COMMAND_TYPES = ("command:remote:Command",)
 

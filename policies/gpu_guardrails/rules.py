@@ -15,6 +15,7 @@ from pulumi_policy import (
 
 from .common import WORKLOAD_TYPES, containers, pod_containers, pod_templates, qty
 from .registry import Report, get, is_list, resource_rule, stack_rule
+from .resource_names import SWITCH_CONFIG, subject
 from .vocabulary import PURPOSE_LABEL
 
 
@@ -133,7 +134,7 @@ def ssh_host_key_pinned(args: ResourceValidationArgs, report: Report) -> None:
         # The stack's switch commands (`<switch>-config`, in a fabric component) take the
         # key from fabric.switchHostKeys (a storage fabric's from fabric.storageFabric's);
         # hosts and GPU nodes from their inventory rows.
-        switch = ":fabric:" in args.urn and args.name.endswith("-config")
+        switch = ":fabric:" in args.urn and subject(args.name, SWITCH_CONFIG) is not None
         keys = ("fabric.storageFabric.switchHostKeys" if ":fabric:StorageFabric" in args.urn
                 else "fabric.switchHostKeys")
         where = (f"{keys} in the stack file" if switch

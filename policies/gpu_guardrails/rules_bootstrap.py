@@ -14,7 +14,7 @@ from pulumi_policy import (
 )
 
 from . import compat_data
-from .common import KUBEADM_INIT, config
+from .common import CLUSTER_TYPE, KUBEADM_INIT, config
 from .registry import Report, chart_name, get, resource_rule, stack_rule
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -130,7 +130,18 @@ def helm_release_atomic(args: ResourceValidationArgs, report: Report) -> None:
         report(f"release {get(args.props, 'name') or args.name!r} is not atomic")
 
 
-_K8S_VERSION = re.compile(r"^kubernetesVersion:\s*v?(\d+)\.(\d+)\.(\d+)", re.M)
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+
+
+def _kubernetes_minor(resources: Any) -> int | None:
+    """The minor of the Kubernetes release the cluster publishes (none where another stack of
+    a split site inits the control plane)."""
+    for r in resources:
+        version = get(r.props, "facts", "kubernetesVersion") \
+            if r.resource_type == CLUSTER_TYPE else None
+        if isinstance(version, str) and (m := _RELEASE.match(version)):
+            return int(m.group(2))
+    return None
 
 
 @stack_rule(
@@ -143,18 +154,13 @@ def component_versions_compatible(args: StackValidationArgs, report: Report) -> 
     26.4.0 loses GPUDirect RDMA, and operators refuse Kubernetes minors they do not support.
     The matrix is compat_data.py, the one release table the stack reads too."""
     charts: dict[str, tuple[str, str]] = {}
-    minor = None
+    minor = _kubernetes_minor(args.resources)
     for r in args.resources:
         if r.resource_type.startswith("kubernetes:helm.sh/") and r.resource_type.endswith(
                 ":Release"):
             chart, version = chart_name(r.props), get(r.props, "version")
             if chart is not None and isinstance(version, str):
                 charts[chart] = (version, r.urn)
-        stdin = get(r.props, "stdin") if r.resource_type == "command:remote:Command" else None
-        if isinstance(stdin, str):
-            m = _K8S_VERSION.search(stdin)
-            if m:
-                minor = int(m.group(2))
     gpu = charts.get("gpu-operator")
     net = charts.get("network-operator")
     if net:
