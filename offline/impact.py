@@ -19,6 +19,7 @@ from .addresses import address_lines
 from .conventions import span
 from .diff import Diff
 from .operators import OperatorRollout, host_driver_change, operator_rollouts
+from .quarantine import quarantine_lines
 from .replacements import (
     HcaSwap,
     SwitchSwap,
@@ -115,6 +116,7 @@ class _Effects:
     resubmitted: list[str]
     acceptance: list[str]  # the gate's runs: in this `pulumi up`, after re-cabled uncordons
     stopped: list[str]
+    quarantine: list[str]  # the node quarantine starting or changing (offline/quarantine.py)
 
     @property
     def by_operator(self) -> list[str]:
@@ -126,7 +128,7 @@ class _Effects:
                     or self.retired or self.drained or self.rebooted or self.upgrade
                     or self.rotations or self.resubmitted or self.acceptance or self.stopped
                     or self.rollouts or self.swaps or self.boards or self.switches_swapped
-                    or self.endpoint)
+                    or self.endpoint or self.quarantine)
 
 
 def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Effects:
@@ -159,7 +161,8 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         resubmitted=sorted(c.name for c in jobs if c.action == "replace" and c.name not in tests),
         acceptance=[*([run] if run else []),
                     *([recabled_line(retested, new_inputs)] if retested else [])],
-        stopped=sorted(c.name for c in jobs if c.action == "delete"))
+        stopped=sorted(c.name for c in jobs if c.action == "delete"),
+        quarantine=quarantine_lines(changes))
 
 
 def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
@@ -168,7 +171,8 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     addresses = address_lines(diff.changes)
     if not e and not addresses:
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
-    lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs)]
+    lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs),
+             *e.quarantine]
     moved, new, pulled = e.work.existing_links_moved, e.work.plugged, e.work.pulled
     media = Counter(e.work.new_media)
     lines.append(
@@ -300,5 +304,8 @@ def _outage(e: _Effects) -> str:
     if e.boards:  # a subnet manager's host alone
         return ("  outage: none for running work: the fabric keeps a master subnet manager "
                 "throughout")
+    if e.quarantine and not (e.work.plugged or e.racked or e.rotations):
+        return ("  outage: none from this change; from then on a GPU node the health checks "
+                "find unfit leaves service on its own, as above")
     return "  outage: none expected" + (" (new links and hosts only)" if e.work.plugged
                                         or e.racked or not e.rotations else "")

@@ -316,6 +316,14 @@ SCENARIOS: dict[str, Scenario] = {
         _set("credentials.switchPasswordVersion", 2), 0,
         impact=("  nodes drained: 0", "  outage: none expected"),
         runbook=("switch password rotation",), not_in_runbook=("drain", "NCCL")),
+    # The quarantine's limit raised: the control planes get the new policy; nothing is drained
+    # by the change, but from then on a third sick node leaves service on its own.
+    "quarantine-limit": Scenario(
+        _set("health", {"quarantine": {"maxNodes": 3}}), 0,
+        impact=("  node quarantine changes: at most 2 -> 3 nodes at once", "  nodes drained: 0",
+                "  outage: none from this change; from then on a GPU node the health checks "
+                "find unfit leaves service on its own, as above"),
+        not_in_impact=("no running work is drained", "planned reboots:")),
     # A kernel argument applies at boot: each GPU node goes through the reboot chain, drained
     # before its reboot, one cluster member at a time.
     "kernel-args": Scenario(

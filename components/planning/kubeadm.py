@@ -19,7 +19,7 @@ import yaml
 from components.model.cluster import Cluster, Host
 from components.model.gpu_nodes import GpuNode
 from components.model.tunables import KUBELET_EVICTION_HARD
-from components.planning import kubelet_serving
+from components.planning import kubelet_serving, quarantine_setup
 from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, UNTESTED_LABEL, node_label
 from components.planning.script_files import body, template
 
@@ -493,9 +493,11 @@ def _kube_vip_identity(cluster: Cluster) -> str:
 def identities_script(cluster: Cluster, host: Host) -> str:
     """On each control plane once it serves the API: the RBAC of the cluster's own
     identities, kube-vip moved to its own, the approver of kubelet serving certificates with
-    the kubelets it vouches for, and super-admin.conf (system:masters, which no RBAC can
-    limit) off the host. Idempotent; a cluster built before runs it too."""
+    the kubelets it vouches for, the quarantine of unfit GPU nodes (quarantine_setup.py), and
+    super-admin.conf (system:masters, which no RBAC can limit) off the host. Idempotent; a
+    cluster built before runs it too."""
     rbac = _docs(stack_rbac(), *kubelet_serving.approver_rbac(),
+                 *quarantine_setup.quarantine_rbac(),
                  *(kube_vip_rbac() if _ha(cluster) else []))
     vip = _identity_config(cluster)
     if _ha(cluster):
@@ -504,8 +506,11 @@ def identities_script(cluster: Cluster, host: Host) -> str:
             user=KUBE_VIP_USER)
     approver = _user_kubeconfig(kubelet_serving.APPROVER_USER,
                                 kubelet_serving.APPROVER_KUBECONFIG)
+    quarantine = _user_kubeconfig(quarantine_setup.QUARANTINE_USER,
+                                  quarantine_setup.QUARANTINE_KUBECONFIG)
     return (template("kubeadm/identities.sh", host=host.hostname, rbac=rbac) + vip + approver
-            + kubelet_serving.install_script(cluster)
+            + kubelet_serving.install_script(cluster) + quarantine
+            + quarantine_setup.install_script(cluster)
             + template("kubeadm/remove-super-admin.sh", host=host.hostname))
 
 

@@ -92,6 +92,7 @@ def install_script(cluster: Cluster) -> str:
              (f"/etc/systemd/system/{UNIT}.timer", TIMER, "0644"))
     return template(
         "kubelet-serving/install.sh", package=PACKAGE, kubelets_file=KUBELETS_FILE, unit=UNIT,
-        files="".join(template("kubelet-serving/file.sh", path=path, mode=mode,
-                               text=text.rstrip() + "\n") for path, text, mode in files),
+        files="".join(template("host/unit-file.sh", path=path, mode=mode,
+                               program="kubelet-serving", text=text.rstrip() + "\n")
+                      for path, text, mode in files),
         kubelets=kubelets(cluster).rstrip() + "\n")

@@ -10,12 +10,47 @@ bypass a budget, and it cannot touch a Secret.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from components.model.cluster import Cluster
 from components.planning.quarantine import LEASE
+from components.planning.script_files import template
 
 QUARANTINE_USER = "gpu-cluster:quarantine"
+QUARANTINE_KUBECONFIG = "/etc/kubernetes/gpu-cluster-quarantine.conf"
+PROGRAM = "/usr/local/sbin/gpu-cluster-quarantine"
+POLICY_FILE = "/etc/kubernetes/gpu-cluster-quarantine.json"
+UNIT = "gpu-cluster-quarantine"
+SCRIPT = (Path(__file__).parent / "quarantine.py").read_text()
+
+SERVICE = f"""\
+[Unit]
+Description=Take GPU nodes the health checks find unfit out of service (gpu-cluster)
+After=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={PROGRAM} {POLICY_FILE} {QUARANTINE_KUBECONFIG}
+"""
+
+# As often as node-problem-detector's checks run (health.checkIntervalSeconds' default): a
+# GPU off the bus keeps the next gang off its node within a minute. A pass with nothing unfit
+# is two LISTs.
+TIMER = f"""\
+[Unit]
+Description=Quarantine unfit GPU nodes every 30 s (gpu-cluster)
+
+[Timer]
+OnBootSec=60s
+OnUnitActiveSec=30s
+AccuracySec=5s
+Unit={UNIT}.service
+
+[Install]
+WantedBy=timers.target
+"""
 RBAC = "rbac.authorization.k8s.io"
 
 # What each condition node-problem-detector sets (planning/health.py) does to a node.
@@ -80,3 +115,24 @@ def policy(cluster: Cluster) -> dict[str, Any]:
     return {"conditions": ACTIONS, "maxQuarantined": q.max_nodes,
             "drainTimeoutSeconds": q.drain_timeout_minutes * 60,
             "protected": dict(sorted(protected.items()))}
+
+
+def quarantine_facts(cluster: Cluster) -> dict[str, str]:
+    """What the stack that inits the control plane publishes of the quarantine: the preview
+    tells from their old and new values what enabling or changing it does."""
+    return {"quarantineMaxNodes": str(cluster.health.quarantine.max_nodes),
+            "quarantineDrains": ",".join(c for c, a in ACTIONS.items() if a == "drain"),
+            "quarantineTaints": ",".join(c for c, a in ACTIONS.items() if a == "taint")}
+
+
+def install_script(cluster: Cluster) -> str:
+    """Bash (after CHANGE_TRACKING and the quarantine's kubeconfig): the program, its policy
+    and its timer, each written only when it differs."""
+    files = ((PROGRAM, SCRIPT, "0755"),
+             (POLICY_FILE, json.dumps(policy(cluster), indent=2, sort_keys=True), "0644"),
+             (f"/etc/systemd/system/{UNIT}.service", SERVICE, "0644"),
+             (f"/etc/systemd/system/{UNIT}.timer", TIMER, "0644"))
+    return template(
+        "quarantine/install.sh", unit=UNIT,
+        files="".join(template("host/unit-file.sh", path=path, mode=mode, program="quarantine",
+                               text=text.rstrip() + "\n") for path, text, mode in files))

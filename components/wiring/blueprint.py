@@ -51,6 +51,7 @@ from components.planning import (
     placement,
     platform,
     pod_security,
+    quarantine_setup,
     rdma,
     reboot,
     site_facts,
@@ -311,7 +312,8 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
         reboot_queue=reboot.reboot_queue({n.hostname: n.su for n in nodes}),
         decommission=frozenset(cluster.gpu_nodes.decommission),
         upgrade=kube_upgrade,
-        facts=kubernetes_facts(cluster.kubernetes.version) if core else None,
+        facts=kubernetes_facts(cluster.kubernetes.version)
+        | quarantine_setup.quarantine_facts(cluster) if core else None,
     ), pulumi.ResourceOptions(depends_on=list(fabrics) or None))
 
     artifacts: Artifacts = {}

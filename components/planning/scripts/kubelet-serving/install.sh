@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 #: After host/change-tracking.sh and the approver's kubeconfig (kubeadm/identities.sh): the
-#: approver of kubelet serving certificates and its units (file.sh each), the kubelets it
-#: vouches for, and its timer on.
+#: approver of kubelet serving certificates and its units (host/unit-file.sh each), the
+#: kubelets it vouches for, and its timer on.
 dpkg -s @package@ >/dev/null 2>&1 || apt-get install -y @package@
 # @files@
 CONTENT="$(cat <<'CONTENT'
