@@ -431,12 +431,34 @@ def _bench_parser(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_floor)
 
 
+def _repair_parser(sub: Subcommands) -> None:
+    """`repair`: a sick node's steps."""
+    p = sub.add_parser("repair", help="what to do for a node the health checks found unfit: "
+                       "its conditions, the planned ports and cables, the runbook to follow")
+    p.add_argument("node", help="the node's name (its hostname)")
+    p.add_argument("--stack", default="prod", help="selects Pulumi.<stack>.yaml (prod)")
+    p.add_argument("--project-dir", default=".", help="the Pulumi project (.)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--node-json", metavar="FILE",
+                       help="the node as `kubectl get node <node> -o json` printed it")
+    where.add_argument("--kubeconfig", metavar="FILE",
+                       help="read the node from this cluster (default: kubectl's own config)")
+    p.set_defaults(func=cmd_repair)
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from .repair import main as repair_main
+
+    return repair_main(Path(args.project_dir).resolve(), args.stack, args.node, args.node_json,
+                       args.kubeconfig)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m offline", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{preview,site,check-rendered,bench}")
+                            metavar="{preview,site,check-rendered,bench,repair}")
 
-    for add in (_preview_parser, _site_parser, _bench_parser):
+    for add in (_preview_parser, _site_parser, _bench_parser, _repair_parser):
         add(sub)
     return ap
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import re
 import shutil
 from pathlib import Path
@@ -34,7 +35,7 @@ from support.sandbox import (
 )
 
 from components.model.fields import CLUSTER_KEY
-from components.planning import host_scripts, kubeadm, kubelet_serving
+from components.planning import host_scripts, kubeadm, kubelet_serving, quarantine_setup
 from components.planning.subnet_manager import (
     sm_apply_script,
     sm_keys_conf,
@@ -197,8 +198,13 @@ def check_identities(sb: Sandbox, run: Run) -> None:
     assert not sb.path("/etc/kubernetes/super-admin.conf").exists()
     # The approver of kubelet serving certificates (tests/test_kubelet_serving.py runs it
     # against a real API server), its own identity, and every kubelet it vouches for.
-    assert run.changes[-2:] == [("systemctl", "daemon-reload"), (
-        "systemctl", "enable", "--now", f"{kubelet_serving.UNIT}.timer")]
+    assert run.changes[-5:] == [
+        ("systemctl", "daemon-reload"),
+        ("systemctl", "enable", "--now", f"{kubelet_serving.UNIT}.timer"),
+        ("kubeadm", "kubeconfig", "user", "--config", kubeadm.IDENTITY_CONFIG, "--client-name",
+         quarantine_setup.QUARANTINE_USER, "--validity-period", kubeadm.IDENTITY_VALIDITY),
+        ("systemctl", "daemon-reload"),
+        ("systemctl", "enable", "--now", f"{quarantine_setup.UNIT}.timer")]
     assert sb.path(kubelet_serving.APPROVER).read_text() == kubelet_serving.SCRIPT
     assert sb.path(kubelet_serving.APPROVER).stat().st_mode & 0o777 == 0o755
     assert f"name: {kubelet_serving.APPROVER_USER}" in (sb.state / "cluster/applied").read_text()
@@ -208,6 +214,17 @@ def check_identities(sb: Sandbox, run: Run) -> None:
                   .splitlines())
     assert listed == {h.hostname: str(h.management_ip)
                       for h in (*CLUSTER.control_plane, *CLUSTER.nodes)}
+    # The quarantine of unfit GPU nodes (tests/test_quarantine.py runs it against a real API
+    # server): the program as it is, its policy (prod's control planes protected), its own
+    # identity.
+    assert sb.path(quarantine_setup.PROGRAM).read_text() == quarantine_setup.SCRIPT
+    assert sb.path(quarantine_setup.PROGRAM).stat().st_mode & 0o777 == 0o755
+    policy = json.loads(sb.path(quarantine_setup.POLICY_FILE).read_text())
+    assert {"mgmt-01", "mgmt-02", "mgmt-03"} <= set(policy["protected"])
+    assert f"name: {quarantine_setup.QUARANTINE_USER}" in (
+        sb.state / "cluster/applied").read_text()
+    assert f"name: {quarantine_setup.QUARANTINE_USER}" in sb.path(
+        quarantine_setup.QUARANTINE_KUBECONFIG).read_text()
     # What `stack-kubeconfig` then runs: a kubeconfig of the stack's own identity.
     kubeconfig = ok(sb.run(kubeadm.stack_kubeconfig_command(CLUSTER).removeprefix("sudo ")))
     assert "name: gpu-cluster:stack" in kubeconfig.stdout

@@ -128,8 +128,8 @@ def test_the_command_list_shows_only_commands_a_user_runs() -> None:
     assert "SUPPRESS" not in out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ")
               and not line.startswith("     ")]
-    assert listed == ["preview", "site", "check-rendered", "bench"], listed
-    assert "{preview,site,check-rendered,bench}" in out
+    assert listed == ["preview", "site", "check-rendered", "bench", "repair"], listed
+    assert "{preview,site,check-rendered,bench,repair}" in out
 
 
 def test_a_switch_without_a_host_key_is_sent_to_the_fabric_config() -> None:

@@ -124,12 +124,12 @@ def inference_load_balancer(project: Path) -> None:
 
 def api_key_on_argv(project: Path) -> None:
     """The API key Secret created with the key on kubectl's command line, not stdin."""
-    _replace(project, "components/planning/inference.py",
+    _replace(project, "components/planning/scripts/inference/api-key.sh",
              "openssl rand -hex 32 \\\n"
-             '          | kubectl -n "$NS" create secret generic "$SECRET"'
+             '  | kubectl -n "$NS" create secret generic "$SECRET"'
              ' --from-file="$FIELD=/dev/stdin" \\\n',
              'KEY="$(openssl rand -hex 32)"\n'
-             '        kubectl -n "$NS" create secret generic "$SECRET"'
+             'kubectl -n "$NS" create secret generic "$SECRET"'
              ' --from-literal="$FIELD=$KEY" \\\n')
 
 
