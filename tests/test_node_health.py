@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from support.node_health import FixtureNode, detector, kernel_line
-from support.project import CACHE, REPO, prod_raw
+from support.node_health import FixtureNode, detector, kernel_line, npd_binary
+from support.project import REPO, prod_raw
 from support.sandbox import prod_cluster
 
 from components.model.fields import ConfigError
@@ -28,8 +28,6 @@ from components.planning import health, port_descriptions
 from components.wiring.loading import validate_cluster
 
 NODE = "gpu-node-03"
-SHARED = Path(os.environ.get("GPU_CLUSTER_SHARED") or REPO.parent / "shared")
-NPD_ARCHIVE = SHARED / "upstream/node-problem-detector-v1.36.0.tar.gz"
 
 
 @dataclass(frozen=True)
@@ -378,20 +376,7 @@ def test_the_checks_pass_shellcheck_as_they_run(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def npd() -> Path:
-    """node-problem-detector v1.36.0, built from its release archive (tools/npd/build.sh)."""
-    if not (CACHE / "npd/node-problem-detector-v1.36.0/bin").is_dir():
-        if not NPD_ARCHIVE.is_file():
-            pytest.skip(f"{NPD_ARCHIVE} is absent (the shared directory beside the repository)")
-        if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
-            pytest.skip("Go is not installed: tools/npd/build.sh builds node-problem-detector")
-    build = subprocess.run(["bash", str(REPO / "tools/npd/build.sh")], capture_output=True,
-                           text=True, timeout=1200,
-                           env={**os.environ, "GPU_CLUSTER_SHARED": str(SHARED)})
-    assert build.returncode == 0, build.stderr
-    binary = Path(build.stdout.strip().splitlines()[-1]) / "node-problem-detector"
-    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
-    assert version.stdout.strip() == "v1.36.0"
-    return binary
+    return npd_binary()
 
 
 KERNEL_FAULTS = {  # fault class of docs/health.md -> the kernel message that reports it

@@ -6,11 +6,14 @@ over it.
 scratch RAID0) and stand-ins named nvidia-smi, dcgmi and systemctl that print what the real
 tools print for the queries the checks make, from files the test changes to inject a fault.
 `Detector` runs the real node-problem-detector binary standalone over it: no Kubernetes
-exporter, its Prometheus endpoint on a loopback port, every run bounded in time."""
+exporter, its Prometheus endpoint on a loopback port, every run bounded in time;
+`exporting_detector` runs it as on a node, reporting to an API server."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +24,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from support.project import CACHE, REPO
+
+SHARED = Path(os.environ.get("GPU_CLUSTER_SHARED") or REPO.parent / "shared")
+NPD_ARCHIVE = SHARED / "upstream/node-problem-detector-v1.36.0.tar.gz"
 HEALTHY_RATE = "400 Gb/sec (4X NDR)"
 COUNTERS = ("symbol_error", "link_downed", "local_link_integrity_errors",
             "excessive_buffer_overrun_errors")
@@ -198,6 +207,24 @@ def kernel_line(message: str) -> str:
 
 # ---------------------------------------------------------------- node-problem-detector
 
+
+def npd_binary() -> Path:
+    """node-problem-detector v1.36.0, built from its release archive (tools/npd/build.sh);
+    the test skips where neither the archive nor Go is there to build it."""
+    if not (CACHE / "npd/node-problem-detector-v1.36.0/bin").is_dir():
+        if not NPD_ARCHIVE.is_file():
+            pytest.skip(f"{NPD_ARCHIVE} is absent (the shared directory beside the repository)")
+        if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
+            pytest.skip("Go is not installed: tools/npd/build.sh builds node-problem-detector")
+    build = subprocess.run(["bash", str(REPO / "tools/npd/build.sh")], capture_output=True,
+                           text=True, timeout=1200,
+                           env={**os.environ, "GPU_CLUSTER_SHARED": str(SHARED)})
+    assert build.returncode == 0, build.stderr
+    binary = Path(build.stdout.strip().splitlines()[-1]) / "node-problem-detector"
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    assert version.stdout.strip() == "v1.36.0"
+    return binary
+
 _SAMPLE = re.compile(r'^(problem_counter|problem_gauge)\{([^}]*)\} (\S+)$', re.M)
 
 
@@ -265,3 +292,31 @@ def detector(binary: Path, system_log: Sequence[Path], custom: Sequence[Path], n
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def exporting_detector(binary: Path, system_log: Path, custom: Sequence[Path], node: str,
+                       env: dict[str, str], kubeconfig: Path, log: Path,
+                       limit_s: float) -> subprocess.Popen[bytes]:
+    """node-problem-detector as on a node: its Kubernetes exporter reports conditions and
+    events to the API server of `kubeconfig` as that kubeconfig's identity; no HTTP endpoint
+    of its own; killed past `limit_s`. The caller stops it (`stop`)."""
+    args = [str(binary), "--enable-k8s-exporter=true",
+            # inClusterConfig=false: the identity and the server come from the kubeconfig.
+            f"--apiserver-override=https://127.0.0.1?inClusterConfig=false&auth={kubeconfig}",
+            "--apiserver-wait-interval=1s", "--port=0", "--prometheus-port=0",
+            f"--hostname-override={node}", f"--config.system-log-monitor={system_log}",
+            "--config.custom-plugin-monitor=" + ",".join(map(str, custom))]
+    with log.open("wb") as out:
+        return subprocess.Popen(["timeout", "-s", "KILL", str(limit_s), *args], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the detector and its checks, SIGKILL if they linger."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
