@@ -83,3 +83,17 @@ def test_a_name_is_minted_and_looked_up_by_the_same_table() -> None:
     assert names.role_of(names.KUBELET_CONFIG) is None
     assert names.subject("spine-01-config", names.SWITCH_CONFIG, "fabric") == "spine-01"
     assert names.subject("spine-01-config", names.SWITCH_CONFIG, "bootstrap") is None
+
+
+def test_a_component_type_token_is_spelled_once() -> None:
+    """The kubeadm cluster's and the fabrics' type tokens (the pack's rules and the preview
+    find their published facts by them) are spelled in the table only."""
+    tokens = {NAMES.CLUSTER_TYPE, NAMES.COMPUTE_FABRIC_TYPE, NAMES.STORAGE_FABRIC_TYPE,
+              NAMES.SITE_FACTS_TYPE}
+    assert "gpucluster:bootstrap:KubeadmCluster" in tokens
+    found = sorted(f"{p.relative_to(REPO)}: {lit}"
+                   for root in ("components", "policies", "offline", "twin", "e2e")
+                   for p in (REPO / root).rglob("*.py")
+                   if p.name != "resource_names.py"
+                   for lit in _literals(p) & tokens)
+    assert found == []

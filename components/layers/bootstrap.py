@@ -119,7 +119,7 @@ class KubeadmCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeadmClusterArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         facts = {"facts": args.facts} if args.facts else None
-        super().__init__("gpucluster:bootstrap:KubeadmCluster", name, facts, opts)
+        super().__init__(names.CLUSTER_TYPE, name, facts, opts)
         cp = args.init_host
         self._init_control_plane(args, cp)
         after_init = _present(self.init)

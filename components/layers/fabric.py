@@ -49,8 +49,7 @@ class FabricArgs:
 
 # The compute fabric's type, and a storage fabric's: the pack reads the compute rails' cabling
 # from the first alone, and checks its subnet managers, keys and switches on both.
-COMPUTE_FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
-STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"
+COMPUTE_FABRIC_TYPE, STORAGE_FABRIC_TYPE = names.COMPUTE_FABRIC_TYPE, names.STORAGE_FABRIC_TYPE
 
 
 class InfinibandFabric(pulumi.ComponentResource):

@@ -13,16 +13,15 @@ from ..conventions import names, resource_name, subject
 from ..diff import Change
 from .hosts import hosts_with
 
-# The kubeadm cluster (components/layers/bootstrap.py) and what it publishes where the stack
-# inits the control plane (components/planning/facts.py kubernetes_facts).
-CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"
+# What the kubeadm cluster (names().CLUSTER_TYPE) publishes where the stack inits the control
+# plane (components/planning/facts.py kubernetes_facts).
 VERSION, PACKAGES = "facts.kubernetesVersion", "facts.kubernetesPackages"
 
 
 def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None:
     """(old version, new version, new package version) when the Kubernetes release the
     cluster publishes changes, else None."""
-    cluster = next((c for c in changes if c.type == CLUSTER_TYPE), None)
+    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
     if cluster is None:
         return None
     old, new = cluster.values.get(VERSION, (None, None))

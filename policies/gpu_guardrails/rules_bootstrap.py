@@ -14,8 +14,9 @@ from pulumi_policy import (
 )
 
 from . import compat_data
-from .common import CLUSTER_TYPE, KUBEADM_INIT, config
+from .common import KUBEADM_INIT, config
 from .registry import Report, chart_name, get, resource_rule, stack_rule
+from .resource_names import CLUSTER_TYPE
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
