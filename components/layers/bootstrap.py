@@ -86,8 +86,8 @@ class KubeadmClusterArgs:
     # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
     decommission: frozenset[str] = frozenset()
     upgrade: KubernetesUpgrade | None = None
-    # What the stack that inits the control plane publishes (facts.kubernetes_facts): for the
-    # pack's rules, and the preview's reading of an upgrade.
+    # What the cluster publishes (planning/facts.py: the Kubernetes release, the GPU driver's
+    # owner; the quarantine's limits): for the pack's rules and the preview's readers.
     facts: dict[str, str] | None = None
 
 

@@ -88,6 +88,14 @@ def fabric_facts(switch_cli: Mapping[str, str],
     }
 
 
+def gpu_driver_facts(host_driver: str | None) -> dict[str, str]:
+    """Who owns the GPU driver, the hosts (DGX OS; each GPU node's planned reboot installs
+    the release) or the GPU Operator's driver container, and the hosts' release when theirs:
+    the pack's one-owner rule and the preview's driver upgrade read it."""
+    return ({"gpuDriverOwner": "host", "hostGpuDriver": host_driver} if host_driver
+            else {"gpuDriverOwner": "operator"})
+
+
 def kubernetes_facts(version: str) -> dict[str, str]:
     """The Kubernetes release the control plane is initialised and upgraded to, and the
     version of the packages (kubeadm, kubelet, kubectl) the hosts install for it."""
