@@ -59,7 +59,8 @@ class InfinibandFabric(pulumi.ComponentResource):
         # What the switch commands and subnet-manager files configure, for the policy pack
         # (and a split site's other parts, through the core's `facts` output).
         facts = fabric_facts({sw: s.cli for sw, s in args.switches.items()},
-                             {host: sm.files for host, sm in args.sm_hosts.items()})
+                             {host: sm.files for host, sm in args.sm_hosts.items()},
+                             master=next(reversed(args.sm_hosts), None))
         self.published_facts = facts
         super().__init__(type_, name, {"facts": facts}, opts)
         # One at a time, in the order given (standbys, then the master): each waits for the

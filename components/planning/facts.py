@@ -30,10 +30,12 @@ _KEY_OPTION = re.compile(r"^\s*(m_key|sm_key|sa_key)\s", re.M)
 
 
 def fabric_facts(switch_cli: Mapping[str, str],
-                 sm_files: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+                 sm_files: Mapping[str, Mapping[str, str]],
+                 master: str | None = None) -> dict[str, Any]:
     """Summary of the fabric as configured: per switch its role, host- and switch-facing ports
     and highest port used; per host and rail the switches and HCA it is cabled to; the subnet
-    managers' priorities and management-key settings; the partitions' pkeys."""
+    managers' roles (`master`'s, restarted last, the others standbys), priorities and
+    management-key settings; the partitions' pkeys."""
     names = set(switch_cli)
     switches: dict[str, Any] = {}
     rails: dict[str, dict[str, dict[str, Any]]] = {}
@@ -69,7 +71,8 @@ def fabric_facts(switch_cli: Mapping[str, str],
         conf = next((t for p, t in files.items() if p.endswith("/opensm.conf")), "")
         m = _SM_PRIORITY.search(conf)
         mkp = _M_KEY_PROTECTION.search(conf)
-        sms.append({"host": host, "priority": int(m.group(1)) if m else None,
+        sms.append({"host": host, "role": "master" if host == master else "standby",
+                    "priority": int(m.group(1)) if m else None,
                     "mKeyProtection": int(mkp.group(1)) if mkp else 0,
                     # key options in the file itself: a secret in state and plan, or a fixed
                     # key every copy of the file shares (the keys come from Pulumi secrets)
