@@ -99,7 +99,9 @@ def gpu_driver_facts(host_driver: str | None) -> dict[str, str]:
             else {"gpuDriverOwner": "operator"})
 
 
-def kubernetes_facts(version: str) -> dict[str, str]:
-    """The Kubernetes release the control plane is initialised and upgraded to, and the
-    version of the packages (kubeadm, kubelet, kubectl) the hosts install for it."""
-    return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version)}
+def kubernetes_facts(version: str, endpoint: str) -> dict[str, str]:
+    """The Kubernetes release the control plane is initialised and upgraded to, the version
+    of the packages (kubeadm, kubelet, kubectl) the hosts install for it, and the API
+    endpoint `kubeadm init` writes into every certificate and kubeconfig (which never moves)."""
+    return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version),
+            "controlPlaneEndpoint": endpoint}

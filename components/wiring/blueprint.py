@@ -343,7 +343,7 @@ def _cluster_facts(cluster: Cluster, core: bool, nodes: bool) -> dict[str, str] 
     release and the quarantine; where it inits or reboots GPU nodes, the GPU driver's owner."""
     driver = gpu_driver_facts(cluster.platform.gpu_operator.host_driver) \
         if core or nodes else {}
-    cp = kubernetes_facts(cluster.kubernetes.version) \
+    cp = kubernetes_facts(cluster.kubernetes.version, kubeadm.endpoint(cluster)) \
         | quarantine_setup.quarantine_facts(cluster) if core else {}
     return (cp | driver) or None
 
