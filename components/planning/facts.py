@@ -99,6 +99,13 @@ def gpu_driver_facts(host_driver: str | None) -> dict[str, str]:
             else {"gpuDriverOwner": "operator"})
 
 
+def upgrade_facts(batch: int, gang_wait_minutes: int) -> dict[str, str]:
+    """How the GPU nodes are upgraded: `batch` at a time within each SU (upgrade.batches, over
+    the nodes by hostname), a drain waiting up to `gang_wait_minutes` for a gang job. Settings,
+    not the batches themselves, so adding a node changes no fact."""
+    return {"upgradeBatch": str(batch), "gangWaitMinutes": str(gang_wait_minutes)}
+
+
 def kubernetes_facts(version: str, endpoint: str) -> dict[str, str]:
     """The Kubernetes release the control plane is initialised and upgraded to, the version
     of the packages (kubeadm, kubelet, kubectl) the hosts install for it, and the API

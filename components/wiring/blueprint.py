@@ -66,7 +66,7 @@ from components.planning import (
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
-from components.planning.facts import gpu_driver_facts, kubernetes_facts
+from components.planning.facts import gpu_driver_facts, kubernetes_facts, upgrade_facts
 from components.planning.subnet_manager import (
     sm_apply_script,
     sm_host_files,
@@ -340,12 +340,14 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
 
 def _cluster_facts(cluster: Cluster, core: bool, nodes: bool) -> dict[str, str] | None:
     """What the kubeadm cluster publishes: where it inits the control plane, the Kubernetes
-    release and the quarantine; where it inits or reboots GPU nodes, the GPU driver's owner."""
-    driver = gpu_driver_facts(cluster.platform.gpu_operator.host_driver) \
-        if core or nodes else {}
-    cp = kubernetes_facts(cluster.kubernetes.version, kubeadm.endpoint(cluster)) \
+    release and the quarantine; where it inits or owns GPU nodes, the GPU driver's owner and
+    how the nodes are upgraded."""
+    k = cluster.kubernetes
+    owned = gpu_driver_facts(cluster.platform.gpu_operator.host_driver) \
+        | upgrade_facts(k.upgrade_batch, k.gang_wait_minutes) if core or nodes else {}
+    cp = kubernetes_facts(k.version, kubeadm.endpoint(cluster)) \
         | quarantine_setup.quarantine_facts(cluster) if core else {}
-    return (cp | driver) or None
+    return (cp | owned) or None
 
 
 def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: k8s.Provider,
