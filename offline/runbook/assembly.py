@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..acceptance import UNTESTED, recabled_check
+from ..acceptance import recabled_check, untested
 from ..conventions import names, subject
 from ..conventions import span as _span
 from ..diff import Change, Diff
@@ -224,5 +224,5 @@ def _checks(w: _Work, recabled: list[str], stack: str, retest: str | None) -> li
     if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
         checks.append("the NCCL acceptance gate passed (`pulumi up` fails otherwise; its log "
                       "has `acceptance test: …` and PASS), and `kubectl get nodes -l "
-                      f"{UNTESTED}` lists no node")
+                      f"{untested()}` lists no node")
     return checks
