@@ -1,9 +1,11 @@
 """Facts the policy pack and the preview need that no Kubernetes object carries (pure, no pulumi
 import).
 
-The kubeadm cluster publishes `kubernetes_facts(...)` the same way, where the stack inits the
-control plane: the pack's compatibility rule reads the release from it, and the preview reads
-an upgrade from its old and new values in a diff, neither from the scripts that carry it.
+The kubeadm cluster publishes facts the same way: where the stack inits the control plane
+`kubernetes_facts(...)` (the release, the API endpoint), where it owns GPU nodes
+`gpu_driver_facts(...)` and `upgrade_facts(...)`. The pack's rules read them, and the preview
+reads an upgrade, an endpoint move or a new driver from their old and new values in a diff,
+never from the scripts that carry them.
 
 The fabric component publishes `fabric_facts(...)` as its ComponentResource props (under the
 key `facts`), so CrossGuard resource rules on `gpucluster:fabric:InfinibandFabric` read them
