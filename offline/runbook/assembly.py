@@ -161,7 +161,7 @@ def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) 
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
                      + ", ".join(sorted(w.switches)))
     if w.sms:
-        steps.append(sm_step(w.changes, w.sms, new_inputs))
+        steps.append(sm_step(w.sms, new_inputs))
     return steps
 
 

@@ -134,10 +134,9 @@ def reboot_step(hosts: list[str], driver: tuple[str, str, list[str]] | None) -> 
         "maintenance window")
 
 
-def sm_step(changes: Iterable[Change], sms: list[str],
-            new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (whose
-    apply script waits for MASTER) last."""
+def sm_step(sms: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (as the
+    fabric publishes it) last."""
     roles = sm_roles(new_inputs)
     master = {h for h in sms if roles.get(h) == "master"}
     order = sorted(sms, key=lambda h: (h in master, h))
