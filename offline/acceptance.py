@@ -14,9 +14,14 @@ from .diff import Change
 
 # The gate's own words for how long it waits for its run's GPUs (scripts/acceptance/gate.sh).
 WAIT = re.compile(r"were not free within (\d+) minutes")
-# components/planning/labels.py UNTESTED_LABEL; a copy, since the preview runs without the
-# stack's modules (tests/test_acceptance_gate.py holds them equal).
-UNTESTED = "gpucluster.io/untested"
+
+
+def untested() -> str:
+    """The label a GPU node carries until a run passes on it (the pack's vocabulary, as the
+    stack reads it), imported on first use like the names (conventions.names)."""
+    from components.planning.labels import UNTESTED_LABEL
+
+    return UNTESTED_LABEL
 
 
 def gate_change(changes: Iterable[Change]) -> Change | None:
@@ -31,10 +36,13 @@ def gate_urn(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str | None:
 
 
 def gpu_nodes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
-    """The GPU nodes the gate may test (its --gpu-nodes host=su list)."""
-    stdin = str((new_inputs or {}).get(gate_urn(new_inputs) or "", {}).get("stdin", ""))
-    m = re.search(r"--gpu-nodes '?([\w.-]+=[^' \\]+)", stdin)
-    return {pair.split("=")[0] for pair in m.group(1).split(",")} if m else set()
+    """The GPU nodes the gate may test: those in service (components/planning/acceptance.py
+    gpu_node_sus), each placed by its labels (`<host>-placement`) and none being
+    decommissioned (`<host>-decommission`)."""
+    v = names()
+    resources = [resource_name(urn) for urn in new_inputs or {}]
+    leaving = {h for r in resources if (h := subject(r, v.DECOMMISSION))}
+    return {h for r in resources if (h := subject(r, v.PLACEMENT)) and h not in leaving}
 
 
 def _wait(urn: str | None, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
@@ -81,7 +89,7 @@ def _rerun(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
 
 
 def mark_untested(hosts: Sequence[str]) -> str:
-    return f"kubectl label node {' '.join(hosts)} {UNTESTED}=true"
+    return f"kubectl label node {' '.join(hosts)} {untested()}=true"
 
 
 def retest_step(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:

@@ -4,9 +4,10 @@ reader sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from types import ModuleType
+from typing import Any
 
 
 @cache  # called per port line: an import statement costs a lookup each time
@@ -33,6 +34,15 @@ def subject(name: str, role: str, layer: str | None = None) -> str | None:
     roles) the resource `name` is, else None (`gpu-node-03-prepare`, PREPARE -> `gpu-node-03`);
     among `layer`'s roles when given."""
     return names().subject(name, role, layer)
+
+
+def published_facts(new_inputs: Mapping[str, Mapping[str, Any]] | None,
+                    *types: str) -> list[Mapping[str, Any]]:
+    """The facts the components of `types` publish (their `facts` input), from each resource's
+    new inputs by URN."""
+    return [facts for urn, inputs in (new_inputs or {}).items()
+            if urn.split("::")[-2:][0].rpartition("$")[2] in types
+            and isinstance(facts := inputs.get("facts"), Mapping)]
 
 
 def resource_name(urn: str) -> str:

@@ -11,7 +11,6 @@ the hosts (`ofed: host`) has no driver container: the Network Operator drains no
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,24 +150,24 @@ def _network_operator(c: Change | None, nic: Change | None, changes: list[Change
                            _policy_words(ofed.get("upgradePolicy")))
 
 
-_HOST_DRIVER = re.compile(r'^([-+])GPU_DRIVER_VERSION="([^"]*)"$')
+# The hosts' GPU driver release the kubeadm cluster publishes (components/planning/facts.py
+# gpu_driver_facts); absent while the GPU Operator's driver container owns the driver.
+OWNER, HOST_DRIVER = "facts.gpuDriverOwner", "facts.hostGpuDriver"
 
 
 def host_driver_change(changes: Iterable[Change]) -> tuple[str, str, list[str]] | None:
-    """(old, new, nodes) when the hosts' own GPU driver release changes: each node's planned
-    reboot installs the new one (its reboot step's script names it)."""
-    found: dict[str, str] = {}
-    nodes = []
-    for c in changes:
-        node = subject(c.name, names().REBOOT)
-        if c.type != COMMAND or node is None:
-            continue
-        lines = {m.group(1): m.group(2)
-                 for m in map(_HOST_DRIVER.match, c.text_diffs.get("stdin", ())) if m}
-        if lines:
-            found |= lines
-            nodes.append(node)
-    if not nodes:
+    """(old, new, nodes) when the hosts' own GPU driver release changes: each node whose
+    planned reboot changes installs the new one."""
+    changes = list(changes)
+    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    old, new = cluster.values.get(HOST_DRIVER, (None, None)) if cluster else (None, None)
+    nodes = sorted(node for c in changes if c.type == COMMAND
+                   and c.action in ("update", "replace")
+                   and (node := subject(c.name, names().REBOOT)) is not None)
+    # A state from before the cluster published its driver's owner tells nothing of it.
+    unpublished = old is None and OWNER in cluster.values and cluster.values[OWNER][0] is None \
+        if cluster else True
+    if old == new or not nodes or unpublished:
         return None
-    return found.get("-") or "none", found.get("+") or "the operator's", sorted(nodes)
+    return str(old or "none"), str(new or "the operator's"), nodes
 

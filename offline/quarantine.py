@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .conventions import names
 from .diff import Change
-from .runbook.upgrade import CLUSTER_TYPE
 
 MAX, DRAINS, TAINTS = ("facts.quarantineMaxNodes", "facts.quarantineDrains",
                        "facts.quarantineTaints")
@@ -20,7 +20,7 @@ def _listed(value: object) -> list[str]:
 
 def quarantine_lines(changes: Iterable[Change]) -> list[str]:
     """One impact line when the quarantine starts or its policy changes, else none."""
-    cluster = next((c for c in changes if c.type == CLUSTER_TYPE), None)
+    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
     if cluster is None or not any(p in cluster.values for p in (MAX, DRAINS, TAINTS)):
         return []
     old_max, new_max = cluster.values.get(MAX, (None, None))

@@ -15,17 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from .acceptance import mark_untested, retest_step
-from .conventions import names, resource_name, subject
+from .conventions import names, published_facts, resource_name, subject
 from .conventions import ports as _ports
 from .conventions import span as _span
 from .diff import Change
 
 
 def sm_roles(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, str]:
-    """Each subnet-manager host's role: its apply script waits for MASTER on the master."""
-    return {h: "master" if "not MASTER;" in str(inputs.get("stdin", "")) else "standby"
-            for urn, inputs in (new_inputs or {}).items()
-            if (h := subject(resource_name(urn), names().OPENSM)) is not None}
+    """Each subnet-manager host's role, master or standby, as the fabrics publish it
+    (components/planning/facts.py fabric_facts)."""
+    v = names()
+    return {str(sm.get("host")): str(sm.get("role"))
+            for facts in published_facts(new_inputs, v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
+            for sm in facts.get("subnetManagers") or ()}
 
 
 def _changed(lines: list[str], prefix: str) -> bool:

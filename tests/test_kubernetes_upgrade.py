@@ -273,16 +273,27 @@ def test_a_version_change_previews_as_kubeadms_sequence(project: Path, old: str,
 
 
 
-def test_the_runbook_reads_one_lane_per_su() -> None:
-    """The runbook and the impact read the lanes from what the stack renders: each drain's
-    batch, each node's SU label; SUs in numeric order (su2 before su10)."""
-    inputs: dict[str, dict[str, object]] = {}
-    for su, hosts in (("su10", ["gpu-node-288", "gpu-node-289"]),
-                      ("su2", ["gpu-node-032", "gpu-node-033"])):
+def _lane_inputs(batch: int) -> dict[str, dict[str, object]]:
+    """Two SUs' nodes as the stack renders them: each with its upgrade drain and its placement
+    labels; the kubeadm cluster publishing the batch size."""
+    cluster = "urn:pulumi:prod::gpu-cluster::gpucluster:bootstrap:KubeadmCluster::kubernetes"
+    inputs: dict[str, dict[str, object]] = {cluster: {"facts": {"upgradeBatch": str(batch)}}}
+    for su, hosts in (("su10", ["gpu-node-288", "gpu-node-289", "gpu-node-290"]),
+                      ("su2", ["gpu-node-032", "gpu-node-033", "gpu-node-034"])):
         for h in hosts:
             inputs[f"urn::{h}-placement"] = {"metadata": {"name": h, "labels": {SU_LABEL: su}}}
-            inputs[f"urn::{h}-upgrade-drain"] = {"create": f'x\nBATCH="{h}"\ny'}
-    lanes = upgrade_lanes(inputs)
+            inputs[f"urn::{h}-upgrade-drain"] = {"create": "drain"}
+    return inputs
+
+
+def test_the_runbook_reads_one_lane_per_su() -> None:
+    """The runbook and the impact read the lanes from what the stack renders: the nodes with
+    an upgrade drain, each node's SU label and the batch size the cluster publishes; SUs in
+    numeric order (su2 before su10), each SU's nodes by hostname."""
+    assert upgrade_lanes(_lane_inputs(2)) == {
+        "su2": [["gpu-node-032", "gpu-node-033"], ["gpu-node-034"]],
+        "su10": [["gpu-node-288", "gpu-node-289"], ["gpu-node-290"]]}
+    lanes = {su: lane[:2] for su, lane in upgrade_lanes(_lane_inputs(1)).items()}
     assert lanes == {"su2": [["gpu-node-032"], ["gpu-node-033"]],
                      "su10": [["gpu-node-288"], ["gpu-node-289"]]}
     assert batch_words(lanes) == "one at a time in each SU, the 2 SUs side by side"

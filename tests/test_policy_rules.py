@@ -277,6 +277,11 @@ CASES: dict[str, tuple[tuple[str, str], Any, Any]] = {
     # near miss is the operator's toolkit, which configures containerd whoever owns the driver.
     "gpu-driver-one-owner": (RELEASE_GPU, lambda p: p["values"]["driver"].update(enabled=True),
                              lambda p: p["values"]["toolkit"].update(enabled=False)),
+    # The cluster publishes that the operator owns the driver, whose container is off (prod):
+    # no GPU gets a driver. The near miss: the hosts' next release.
+    "gpu-driver-one-owner/no-owner": (
+        CLUSTER, lambda p: p["facts"].update(gpuDriverOwner="operator", hostGpuDriver=None),
+        lambda p: p["facts"].update(hostGpuDriver="580.105.08")),
     "fabric-facts-published": (FABRIC, lambda p: p.pop("facts"),
                                lambda p: p["facts"]["switches"].pop("spine-02")),
     "fabric-non-blocking": (FABRIC, lambda p: leaf(p).update(switchPorts=16),

@@ -69,9 +69,14 @@ def test_the_api_endpoint_kubeadm_init_wrote_never_moves() -> None:
     assert "build the new cluster as a new stack" in refusal
     # A stack that exported no endpoint yet (deployed before it did): nothing to judge.
     assert refusals.refusals(prod, version, keys, None) == []
-    # The offline preview reads the same move from the diff of `kubeadm init`'s configuration.
-    init = Change(action="update", urn="urn:pulumi:prod::gpu-cluster::mgmt-01-kubeadm-init",
-                  type="command:remote:Command", name="mgmt-01-kubeadm-init", layer="bootstrap",
-                  text_diffs={"stdin": ["-controlPlaneEndpoint: 10.10.0.10:6443",
-                                        "+controlPlaneEndpoint: 10.10.0.5:6443"]})
-    assert endpoint_move([init]) == ("10.10.0.10:6443", "10.10.0.5:6443")
+    # The offline preview reads the same move from the endpoint the kubeadm cluster publishes.
+    def cluster(old: str | None) -> Change:
+        return Change(action="update",
+                      urn="urn:pulumi:prod::gpu-cluster::gpucluster:bootstrap:KubeadmCluster"
+                          "::kubernetes",
+                      type="gpucluster:bootstrap:KubeadmCluster", name="kubernetes",
+                      layer="bootstrap",
+                      values={"facts.controlPlaneEndpoint": (old, "10.10.0.5:6443")})
+    assert endpoint_move([cluster("10.10.0.10:6443")]) == ("10.10.0.10:6443", "10.10.0.5:6443")
+    # Nor from a state the cluster had not published its endpoint in yet.
+    assert endpoint_move([cluster(None)]) is None

@@ -247,3 +247,13 @@ def test_changed_join_settings_of_joined_nodes_are_called_out() -> None:
     quiet = Change("update", "urn:x::gpu-node-00-kubeadm-join", "command:remote:Command",
                    "gpu-node-00-kubeadm-join", "bootstrap", ["delete"])
     assert runbook(Diff([quiet])) == []
+
+
+def test_the_master_subnet_manager_is_the_one_the_fabric_publishes() -> None:
+    """prod: sm-01 (priority 15) is the master, sm-02 (14) its standby, as the fabric
+    component publishes them; the runbook moves and restarts the standby first."""
+    from offline.replacements import sm_roles
+
+    doc = yaml.safe_load((REPO / "rendered/prod/fabric/gpucluster-fabric-InfinibandFabric"
+                          / "fabric.yaml").read_text())
+    assert sm_roles({doc["urn"]: doc["inputs"]}) == {"sm-01": "master", "sm-02": "standby"}

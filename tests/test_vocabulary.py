@@ -4,8 +4,8 @@ leave a rule reading one the stack no longer sets. So is every resource name the
 (policies/gpu_guardrails/resource_names.py): the runbook, the impact and the pack look a name's
 role up there, and cannot miss a resource the components name anew.
 
-The acceptance chooser (components/planning/acceptance_run.py) and the offline acceptance note
-run without the project, so they keep copies; the test below holds those equal."""
+The acceptance chooser (components/planning/acceptance_run.py) runs without the project, so it
+keeps a copy; the test below holds it equal."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from offline import acceptance
 
 VOCABULARY = pack_data.load("vocabulary")
 NAMES = pack_data.load("resource_names")
-STANDALONE = {REPO / "components/planning/acceptance_run.py", REPO / "offline/acceptance.py"}
+STANDALONE = {REPO / "components/planning/acceptance_run.py"}
 
 
 def _names() -> dict[str, str]:
@@ -50,7 +50,7 @@ def test_the_stack_reads_the_packs_vocabulary() -> None:
 
 
 def test_the_standalone_copies_equal_the_vocabulary() -> None:
-    assert acceptance_run.UNTESTED == acceptance.UNTESTED == VOCABULARY.UNTESTED_LABEL
+    assert acceptance_run.UNTESTED == acceptance.untested() == VOCABULARY.UNTESTED_LABEL
 
 
 # The benchmark counts a plan's names after each hostname, to show one its table does not
@@ -83,3 +83,17 @@ def test_a_name_is_minted_and_looked_up_by_the_same_table() -> None:
     assert names.role_of(names.KUBELET_CONFIG) is None
     assert names.subject("spine-01-config", names.SWITCH_CONFIG, "fabric") == "spine-01"
     assert names.subject("spine-01-config", names.SWITCH_CONFIG, "bootstrap") is None
+
+
+def test_a_component_type_token_is_spelled_once() -> None:
+    """The kubeadm cluster's and the fabrics' type tokens (the pack's rules and the preview
+    find their published facts by them) are spelled in the table only."""
+    tokens = {NAMES.CLUSTER_TYPE, NAMES.COMPUTE_FABRIC_TYPE, NAMES.STORAGE_FABRIC_TYPE,
+              NAMES.SITE_FACTS_TYPE}
+    assert "gpucluster:bootstrap:KubeadmCluster" in tokens
+    found = sorted(f"{p.relative_to(REPO)}: {lit}"
+                   for root in ("components", "policies", "offline", "twin", "e2e")
+                   for p in (REPO / root).rglob("*.py")
+                   if p.name != "resource_names.py"
+                   for lit in _literals(p) & tokens)
+    assert found == []

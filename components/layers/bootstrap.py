@@ -86,8 +86,8 @@ class KubeadmClusterArgs:
     # Workers being decommissioned: cordoned and drained in this update (removed in a later one).
     decommission: frozenset[str] = frozenset()
     upgrade: KubernetesUpgrade | None = None
-    # What the stack that inits the control plane publishes (facts.kubernetes_facts): for the
-    # pack's rules, and the preview's reading of an upgrade.
+    # What the cluster publishes (planning/facts.py: the Kubernetes release, the GPU driver's
+    # owner; the quarantine's limits): for the pack's rules and the preview's readers.
     facts: dict[str, str] | None = None
 
 
@@ -119,7 +119,7 @@ class KubeadmCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeadmClusterArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         facts = {"facts": args.facts} if args.facts else None
-        super().__init__("gpucluster:bootstrap:KubeadmCluster", name, facts, opts)
+        super().__init__(names.CLUSTER_TYPE, name, facts, opts)
         cp = args.init_host
         self._init_control_plane(args, cp)
         after_init = _present(self.init)

@@ -49,8 +49,7 @@ class FabricArgs:
 
 # The compute fabric's type, and a storage fabric's: the pack reads the compute rails' cabling
 # from the first alone, and checks its subnet managers, keys and switches on both.
-COMPUTE_FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
-STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"
+COMPUTE_FABRIC_TYPE, STORAGE_FABRIC_TYPE = names.COMPUTE_FABRIC_TYPE, names.STORAGE_FABRIC_TYPE
 
 
 class InfinibandFabric(pulumi.ComponentResource):
@@ -60,7 +59,8 @@ class InfinibandFabric(pulumi.ComponentResource):
         # What the switch commands and subnet-manager files configure, for the policy pack
         # (and a split site's other parts, through the core's `facts` output).
         facts = fabric_facts({sw: s.cli for sw, s in args.switches.items()},
-                             {host: sm.files for host, sm in args.sm_hosts.items()})
+                             {host: sm.files for host, sm in args.sm_hosts.items()},
+                             master=next(reversed(args.sm_hosts), None))
         self.published_facts = facts
         super().__init__(type_, name, {"facts": facts}, opts)
         # One at a time, in the order given (standbys, then the master): each waits for the

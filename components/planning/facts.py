@@ -1,9 +1,11 @@
 """Facts the policy pack and the preview need that no Kubernetes object carries (pure, no pulumi
 import).
 
-The kubeadm cluster publishes `kubernetes_facts(...)` the same way, where the stack inits the
-control plane: the pack's compatibility rule reads the release from it, and the preview reads
-an upgrade from its old and new values in a diff, neither from the scripts that carry it.
+The kubeadm cluster publishes facts the same way: where the stack inits the control plane
+`kubernetes_facts(...)` (the release, the API endpoint), where it owns GPU nodes
+`gpu_driver_facts(...)` and `upgrade_facts(...)`. The pack's rules read them, and the preview
+reads an upgrade, an endpoint move or a new driver from their old and new values in a diff,
+never from the scripts that carry them.
 
 The fabric component publishes `fabric_facts(...)` as its ComponentResource props (under the
 key `facts`), so CrossGuard resource rules on `gpucluster:fabric:InfinibandFabric` read them
@@ -30,10 +32,12 @@ _KEY_OPTION = re.compile(r"^\s*(m_key|sm_key|sa_key)\s", re.M)
 
 
 def fabric_facts(switch_cli: Mapping[str, str],
-                 sm_files: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+                 sm_files: Mapping[str, Mapping[str, str]],
+                 master: str | None = None) -> dict[str, Any]:
     """Summary of the fabric as configured: per switch its role, host- and switch-facing ports
     and highest port used; per host and rail the switches and HCA it is cabled to; the subnet
-    managers' priorities and management-key settings; the partitions' pkeys."""
+    managers' roles (`master`'s, restarted last, the others standbys), priorities and
+    management-key settings; the partitions' pkeys."""
     names = set(switch_cli)
     switches: dict[str, Any] = {}
     rails: dict[str, dict[str, dict[str, Any]]] = {}
@@ -69,7 +73,8 @@ def fabric_facts(switch_cli: Mapping[str, str],
         conf = next((t for p, t in files.items() if p.endswith("/opensm.conf")), "")
         m = _SM_PRIORITY.search(conf)
         mkp = _M_KEY_PROTECTION.search(conf)
-        sms.append({"host": host, "priority": int(m.group(1)) if m else None,
+        sms.append({"host": host, "role": "master" if host == master else "standby",
+                    "priority": int(m.group(1)) if m else None,
                     "mKeyProtection": int(mkp.group(1)) if mkp else 0,
                     # key options in the file itself: a secret in state and plan, or a fixed
                     # key every copy of the file shares (the keys come from Pulumi secrets)
@@ -88,7 +93,24 @@ def fabric_facts(switch_cli: Mapping[str, str],
     }
 
 
-def kubernetes_facts(version: str) -> dict[str, str]:
-    """The Kubernetes release the control plane is initialised and upgraded to, and the
-    version of the packages (kubeadm, kubelet, kubectl) the hosts install for it."""
-    return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version)}
+def gpu_driver_facts(host_driver: str | None) -> dict[str, str]:
+    """Who owns the GPU driver, the hosts (DGX OS; each GPU node's planned reboot installs
+    the release) or the GPU Operator's driver container, and the hosts' release when theirs:
+    the pack's one-owner rule and the preview's driver upgrade read it."""
+    return ({"gpuDriverOwner": "host", "hostGpuDriver": host_driver} if host_driver
+            else {"gpuDriverOwner": "operator"})
+
+
+def upgrade_facts(batch: int, gang_wait_minutes: int) -> dict[str, str]:
+    """How the GPU nodes are upgraded: `batch` at a time within each SU (upgrade.batches, over
+    the nodes by hostname), a drain waiting up to `gang_wait_minutes` for a gang job. Settings,
+    not the batches themselves, so adding a node changes no fact."""
+    return {"upgradeBatch": str(batch), "gangWaitMinutes": str(gang_wait_minutes)}
+
+
+def kubernetes_facts(version: str, endpoint: str) -> dict[str, str]:
+    """The Kubernetes release the control plane is initialised and upgraded to, the version
+    of the packages (kubeadm, kubelet, kubectl) the hosts install for it, and the API
+    endpoint `kubeadm init` writes into every certificate and kubeconfig (which never moves)."""
+    return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version),
+            "controlPlaneEndpoint": endpoint}

@@ -21,11 +21,13 @@ never back, never a kubelet newer than the API server."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from components.model.cluster import Cluster
 from components.planning.host_scripts import kube_pkg_version
 from components.planning.script_files import body, template
 
+SU = TypeVar("SU", int, str)
 DRAIN_TIMEOUT = "30m"
 # Node annotation: whether the node was cordoned before the upgrade drained it.
 CORDONED = "gpucluster.io/cordoned-before-upgrade"
@@ -85,9 +87,10 @@ def uncordon_script(cluster: Cluster, node: str) -> str:
                    admin=True, target=True, cordon=True)
 
 
-def batches(su_of: Mapping[str, int], size: int) -> dict[int, list[tuple[str, ...]]]:
-    """Per SU (its lane), its GPU nodes in upgrade order (by hostname), `size` at a time."""
-    lanes: dict[int, list[str]] = {}
+def batches(su_of: Mapping[str, SU], size: int) -> dict[SU, list[tuple[str, ...]]]:
+    """Per SU (its lane), its GPU nodes in upgrade order (by hostname), `size` at a time (the
+    preview groups the nodes by their SU label, the stack by the SU's number)."""
+    lanes: dict[SU, list[str]] = {}
     for host in sorted(su_of):
         lanes.setdefault(su_of[host], []).append(host)
     return {su: [tuple(hosts[i:i + size]) for i in range(0, len(hosts), size)]

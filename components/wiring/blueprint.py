@@ -66,7 +66,7 @@ from components.planning import (
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
-from components.planning.facts import kubernetes_facts
+from components.planning.facts import gpu_driver_facts, kubernetes_facts, upgrade_facts
 from components.planning.subnet_manager import (
     sm_apply_script,
     sm_host_files,
@@ -312,8 +312,7 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
         reboot_queue=reboot.reboot_queue({n.hostname: n.su for n in nodes}),
         decommission=frozenset(cluster.gpu_nodes.decommission),
         upgrade=kube_upgrade,
-        facts=kubernetes_facts(cluster.kubernetes.version)
-        | quarantine_setup.quarantine_facts(cluster) if core else None,
+        facts=_cluster_facts(cluster, core, bool(nodes)),
     ), pulumi.ResourceOptions(depends_on=list(fabrics) or None))
 
     artifacts: Artifacts = {}
@@ -337,6 +336,18 @@ def _bootstrap_layer(cluster: Cluster, leaves: dict[str, dict[int, str]], hardwa
             artifacts[f"scripts/{host}/planned-reboot/{i}-{step.replace('_', '-')}.sh"] = \
                 getattr(plan, step)
     return kube, artifacts | _upgrade_artifacts(kube_upgrade)
+
+
+def _cluster_facts(cluster: Cluster, core: bool, nodes: bool) -> dict[str, str] | None:
+    """What the kubeadm cluster publishes: where it inits the control plane, the Kubernetes
+    release and the quarantine; where it inits or owns GPU nodes, the GPU driver's owner and
+    how the nodes are upgraded."""
+    k = cluster.kubernetes
+    owned = gpu_driver_facts(cluster.platform.gpu_operator.host_driver) \
+        | upgrade_facts(k.upgrade_batch, k.gang_wait_minutes) if core or nodes else {}
+    cp = kubernetes_facts(k.version, kubeadm.endpoint(cluster)) \
+        | quarantine_setup.quarantine_facts(cluster) if core else {}
+    return (cp | owned) or None
 
 
 def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: k8s.Provider,

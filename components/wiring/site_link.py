@@ -15,6 +15,7 @@ import pulumi
 from components.model.cluster import Cluster
 from components.model.gpu_nodes import GpuNode
 from components.model.site import SITE_KEY
+from components.planning import names
 from components.planning.site_facts import part_view, readiness_problems
 
 
@@ -38,7 +39,7 @@ class SiteFacts(pulumi.ComponentResource):
         self.register_outputs({"facts": facts})
 
 
-FACTS_TYPE = "gpucluster:site:SiteFacts"
+FACTS_TYPE = names.SITE_FACTS_TYPE
 
 
 def _facts(outputs: list[dict[str, Any]]) -> dict[str, Any]:

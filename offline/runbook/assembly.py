@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..acceptance import UNTESTED, recabled_check
+from ..acceptance import recabled_check, untested
 from ..conventions import names, subject
 from ..conventions import span as _span
 from ..diff import Change, Diff
@@ -161,7 +161,7 @@ def _fabric_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None) 
         steps.append("switch port descriptions and settings are applied by `pulumi up`: "
                      + ", ".join(sorted(w.switches)))
     if w.sms:
-        steps.append(sm_step(w.changes, w.sms, new_inputs))
+        steps.append(sm_step(w.sms, new_inputs))
     return steps
 
 
@@ -224,5 +224,5 @@ def _checks(w: _Work, recabled: list[str], stack: str, retest: str | None) -> li
     if replace(w, rotations=[]):  # a node, the fabric or the software stack changed
         checks.append("the NCCL acceptance gate passed (`pulumi up` fails otherwise; its log "
                       "has `acceptance test: …` and PASS), and `kubectl get nodes -l "
-                      f"{UNTESTED}` lists no node")
+                      f"{untested()}` lists no node")
     return checks

@@ -15,7 +15,7 @@ from ..conventions import names, resource_name, subject
 from ..conventions import span as _span
 from ..diff import Change
 from ..operators import host_driver_change
-from ..replacements import replaced_boards, replaced_switches
+from ..replacements import replaced_boards, replaced_switches, sm_roles
 from .cabling import cable_moves
 
 
@@ -134,13 +134,11 @@ def reboot_step(hosts: list[str], driver: tuple[str, str, list[str]] | None) -> 
         "maintenance window")
 
 
-def sm_step(changes: Iterable[Change], sms: list[str],
-            new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (whose
-    apply script waits for MASTER) last."""
-    stdin = {h: str((new_inputs or {}).get(c.urn, {}).get("stdin", "")) for c in changes
-             if (h := subject(c.name, names().OPENSM)) in sms}
-    master = {h for h, text in stdin.items() if "not MASTER;" in text}
+def sm_step(sms: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The SM hosts in the order `pulumi up` restarts them: standbys first, the master (as the
+    fabric publishes it) last."""
+    roles = sm_roles(new_inputs)
+    master = {h for h in sms if roles.get(h) == "master"}
     order = sorted(sms, key=lambda h: (h in master, h))
     standbys = [h for h in order if h not in master]
     text = ("subnet-manager files change on " + ", ".join(order) + ": `pulumi up` installs "

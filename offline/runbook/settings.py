@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -65,20 +64,18 @@ def control_plane_settings(changes: Iterable[Change], kubelet: Change | None) ->
     return sorted(hosts)
 
 
-_ENDPOINT_LINE = re.compile(r"^([-+])\s*controlPlaneEndpoint: (\S+)$")
+# The API endpoint the kubeadm cluster publishes where the stack inits the control plane
+# (components/planning/facts.py kubernetes_facts).
+ENDPOINT = "facts.controlPlaneEndpoint"
 
 
 def endpoint_move(changes: Iterable[Change]) -> tuple[str, str] | None:
     """(old, new) when the API endpoint `kubeadm init` is given changes: refused, since
-    kubeadm cannot move a running cluster (components/planning/refusals.endpoint_moved)."""
-    moved: dict[str, str] = {}
-    for c in changes:
-        if subject(c.name, names().KUBEADM_INIT) and c.action in ("update", "replace"):
-            for line in c.text_diffs.get("stdin", []):
-                if (m := _ENDPOINT_LINE.match(line)) is not None:
-                    moved[m.group(1)] = m.group(2)
-    old, new = moved.get("-"), moved.get("+")
-    return (old, new) if old and new and old != new else None
+    kubeadm cannot move a running cluster (components/planning/refusals.endpoint_moved). A
+    state from before the cluster published it tells nothing."""
+    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    old, new = cluster.values.get(ENDPOINT, (None, None)) if cluster else (None, None)
+    return (str(old), str(new)) if old and new and old != new else None
 
 
 def endpoint_refusal(old: str, new: str) -> str:

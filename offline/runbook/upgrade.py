@@ -1,28 +1,26 @@
 """The Kubernetes upgrade a diff implies (a new release in the kubeadm cluster's published
-facts): kubeadm's version skew policy, the batches of GPU nodes per SU (as the drain scripts
-and the placement labels carry them), how long a drain waits for a gang job, and the steps in
-kubeadm's order."""
+facts): kubeadm's version skew policy, the batches of GPU nodes per SU (the nodes with an
+upgrade drain, their placement labels' SU and the batch size the cluster publishes), how long
+a drain waits for a gang job (published too), and the steps in kubeadm's order."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..conventions import names, resource_name, subject
+from ..conventions import names, published_facts, resource_name, subject
 from ..diff import Change
 from .hosts import hosts_with
 
-# The kubeadm cluster (components/layers/bootstrap.py) and what it publishes where the stack
-# inits the control plane (components/planning/facts.py kubernetes_facts).
-CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"
+# What the kubeadm cluster (names().CLUSTER_TYPE) publishes where the stack inits the control
+# plane (components/planning/facts.py kubernetes_facts).
 VERSION, PACKAGES = "facts.kubernetesVersion", "facts.kubernetesPackages"
 
 
 def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None:
     """(old version, new version, new package version) when the Kubernetes release the
     cluster publishes changes, else None."""
-    cluster = next((c for c in changes if c.type == CLUSTER_TYPE), None)
+    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
     if cluster is None:
         return None
     old, new = cluster.values.get(VERSION, (None, None))
@@ -48,26 +46,30 @@ def other_than_version(change: Change, upgrade: tuple[str, str, str],
                for line in change.text_diffs.get(path, []))
 
 
-_BATCH = re.compile(r'^BATCH="([^"]*)"$', re.M)
+def _published(new_inputs: Mapping[str, Mapping[str, Any]] | None, key: str) -> str | None:
+    """One of the kubeadm cluster's published facts, from its new inputs."""
+    found = [str(f[key]) for f in published_facts(new_inputs, names().CLUSTER_TYPE) if key in f]
+    return found[0] if found else None
 
 
 def upgrade_lanes(new_inputs: Mapping[str, Mapping[str, Any]] | None
                   ) -> dict[str, list[list[str]]]:
     """The GPU-node batches of the upgrade, per SU (a lane: its batches in order, the lanes
-    side by side), as the drain scripts and the nodes' placement labels carry them."""
+    side by side): the nodes with an upgrade drain, grouped by their placement labels' SU and
+    cut into batches of the size the cluster publishes, as the stack cuts them
+    (components/planning/upgrade.py batches)."""
     # Imported here: the program's own `components` package is the first this process imports.
     from components.planning.labels import SU_LABEL
+    from components.planning.upgrade import batches
 
     inputs = new_inputs or {}
     su_of = {str(meta.get("name")): str((meta.get("labels") or {}).get(SU_LABEL, ""))
              for urn, i in inputs.items() if subject(resource_name(urn), names().PLACEMENT)
              for meta in [i.get("metadata") or {}]}
-    batches = {tuple(m.group(1).split()) for urn, i in inputs.items()
-               if subject(resource_name(urn), names().UPGRADE_DRAIN)
-               if (m := _BATCH.search(str(i.get("create", ""))))}
-    lanes: dict[str, list[list[str]]] = {}
-    for batch in sorted(batches):
-        lanes.setdefault(su_of.get(batch[0], ""), []).append(list(batch))
+    drained = {h: su_of.get(h, "") for urn in inputs
+               if (h := subject(resource_name(urn), names().UPGRADE_DRAIN))}
+    size = int(_published(new_inputs, "upgradeBatch") or 1)
+    lanes = {su: [list(b) for b in lane] for su, lane in batches(drained, size).items()}
     return dict(sorted(lanes.items(), key=lambda kv: _su_order(kv[0])))
 
 
@@ -102,16 +104,11 @@ def _lane_order(lanes: Mapping[str, list[list[str]]]) -> str:
         f"; … ({len(lanes)} SUs)" if len(lanes) > len(shown) else "")
 
 
-_GANG_WAIT = re.compile(r"^GANG_WAIT_S=(\d+)$", re.M)
-
-
 def _gang_wait(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """How long a drain waits for a gang job, as the rendered drain scripts say."""
-    for urn, inputs in (new_inputs or {}).items():
-        if subject(resource_name(urn), names().UPGRADE_DRAIN) and (
-                m := _GANG_WAIT.search(str(inputs.get("create", "")))):
-            return f"{int(m.group(1)) // 60} min (kubernetes.gangWaitMinutes)"
-    return "kubernetes.gangWaitMinutes"
+    """How long a drain waits for a gang job, as the cluster publishes it."""
+    minutes = _published(new_inputs, "gangWaitMinutes")
+    return f"{minutes} min (kubernetes.gangWaitMinutes)" if minutes else \
+        "kubernetes.gangWaitMinutes"
 
 
 def upgrade_steps(old: str, new: str, pkg: str,

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .registry import get, is_list, is_map, policy_config
+from .resource_names import COMPUTE_FABRIC_TYPE, SITE_FACTS_TYPE
 
 WORKLOAD_TYPES = (
     "kubernetes:core/v1:Pod",
@@ -29,11 +30,6 @@ GPU = "nvidia.com/gpu"
 KUBEADM_INIT = re.compile(r"^\s*kubeadm init\s+--", re.M)
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 RDMA_RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
-FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"
-# The kubeadm cluster: where the stack inits the control plane it publishes the Kubernetes
-# release (`facts.kubernetesVersion`, components/planning/facts.py kubernetes_facts).
-CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"
-STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"  # fabric.storageFabric
 COMMAND_TYPES = ("command:remote:Command",)
 
 
@@ -222,7 +218,7 @@ def cabled_rails(resources: Any) -> dict[str, dict[int, tuple[list[str], list[st
     never parses switch CLI text itself."""
     out: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
     for r in resources:
-        if r.resource_type != FABRIC_TYPE:
+        if r.resource_type != COMPUTE_FABRIC_TYPE:
             continue
         rails = get(r.props, "facts", "rails")
         for host, by_rail in (rails.items() if is_map(rails) else ()):
@@ -236,7 +232,6 @@ def cabled_rails(resources: Any) -> dict[str, dict[int, tuple[list[str], list[st
 
 # ------------------------------------------------------------------ a split site's facts
 
-SITE_FACTS_TYPE = "gpucluster:site:SiteFacts"
 
 
 class Published:

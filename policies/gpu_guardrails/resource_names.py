@@ -66,6 +66,14 @@ STACK_KUBECONFIG = "stack-kubeconfig"  # the stack's own identity's kubeconfig
 ALONE = frozenset({KUBELET_CONFIG, CA_CERT_HASH, ENCRYPTION_CONFIG, STACK_KUBECONFIG})
 
 
+# The type tokens of the components whose published facts (their `facts` input) the pack and
+# the preview read: a token is part of every child's URN, so it stays as spelled.
+CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"  # the kubeadm cluster
+COMPUTE_FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"  # the compute rails
+STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"  # fabric.storageFabric
+SITE_FACTS_TYPE = "gpucluster:site:SiteFacts"  # what a split site's part reads of the others'
+
+
 def name(role: str, subject: str) -> str:
     """The name of `subject`'s resource of `role` (`name(OPENSM, "sm-01")` -> `sm-01-opensm`)."""
     return f"{subject}-{role}"

@@ -14,8 +14,9 @@ from pulumi_policy import (
 )
 
 from . import compat_data
-from .common import CLUSTER_TYPE, KUBEADM_INIT, config
+from .common import KUBEADM_INIT, config
 from .registry import Report, chart_name, get, resource_rule, stack_rule
+from .resource_names import CLUSTER_TYPE
 
 MANDATORY = EnforcementLevel.MANDATORY
 COMMAND = ("command:remote:Command",)
@@ -188,11 +189,6 @@ def component_versions_compatible(args: StackValidationArgs, report: Report) -> 
                f"({compat_data.VOLCANO_HYPERNODE[0]})", vol[1])
 
 
-# The GPU driver release the hosts own, as each GPU node's planned-reboot scripts carry it
-# (empty: the GPU Operator's driver container owns it).
-_HOST_DRIVER = re.compile(r'^GPU_DRIVER_VERSION="([^"]*)"$', re.M)
-
-
 @stack_rule(
     "gpu-driver-one-owner",
     "The GPU driver has one owner: the hosts or the GPU Operator's driver container",
@@ -205,14 +201,14 @@ def gpu_driver_one_owner(args: StackValidationArgs, report: Report) -> None:
     policy describe nothing that runs; a disabled one with no host driver leaves every GPU
     without a driver; a version on a disabled driver is a pin nothing reads."""
     host: set[str] = set()
-    chained = False
+    chained = False  # the kubeadm cluster says who owns it (components/planning/facts.py)
     release: tuple[Any, str] | None = None
     for r in args.resources:
-        if r.resource_type == "command:remote:Command":
-            stdin = get(r.props, "stdin")
-            for m in _HOST_DRIVER.finditer(stdin if isinstance(stdin, str) else ""):
-                chained = True
-                host |= {m.group(1)} - {""}
+        if r.resource_type == CLUSTER_TYPE:
+            owner = get(r.props, "facts", "gpuDriverOwner")
+            chained |= owner is not None
+            if owner == "host":
+                host |= {str(get(r.props, "facts", "hostGpuDriver") or "")} - {""}
         elif r.resource_type.endswith(":Release") and chart_name(r.props) == "gpu-operator":
             release = (get(r.props, "values", "driver") or {}, r.urn)
     if release is None:

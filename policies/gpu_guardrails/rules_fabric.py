@@ -12,14 +12,15 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from .common import FABRIC_TYPE, STORAGE_FABRIC_TYPE, cabled_rails, config, qty
+from .common import cabled_rails, config, qty
 from .registry import Report, get, is_list, is_map, resource_rule, stack_rule
+from .resource_names import COMPUTE_FABRIC_TYPE, STORAGE_FABRIC_TYPE
 from .vocabulary import SU_LABEL
 
 MANDATORY = EnforcementLevel.MANDATORY
 # Both fabrics' components: the compute rails and a storage fabric of its own each have their
 # switches, subnet managers and partitions checked alike.
-FABRICS = (FABRIC_TYPE, STORAGE_FABRIC_TYPE)
+FABRICS = (COMPUTE_FABRIC_TYPE, STORAGE_FABRIC_TYPE)
 
 
 def _facts(args: Any) -> Any:
