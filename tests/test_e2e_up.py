@@ -910,10 +910,12 @@ def test_a_driver_release_takes_each_gpu_node_through_its_planned_reboot(driver_
     dc, run = driver_bumped
     nodes = [*GPU_NODES, NEW_NODE]
     assert run["engine"] == run["offline"]
-    # Only the GPU nodes' reboot chains, re-created by their boot fingerprint; the GPU
-    # Operator's release is untouched (its driver container is off).
+    # Only the GPU nodes' reboot chains, re-created by their boot fingerprint, and the kubeadm
+    # cluster's published facts (the hosts' driver release: a component, nothing runs); the
+    # GPU Operator's release is untouched (its driver container is off).
     assert {urn.rsplit("::", 1)[1]: op for urn, op in run["engine"].items()} == {
-        f"{n}-{step}": "replace" for n in nodes for step in REBOOT_CHAIN}
+        "kubernetes": "update",
+        **{f"{n}-{step}": "replace" for n in nodes for step in REBOOT_CHAIN}}
     calls = run["calls"]
     assert all(c["exit"] == 0 for c in calls), [c for c in calls if c["exit"]]
     # Each node booted once, into the new module, its fabric manager running, the packages
