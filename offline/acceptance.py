@@ -5,15 +5,14 @@ test changed, nothing when every node has passed this test."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .conventions import names, resource_name, span, subject
+from .conventions import facts_by_name, names, resource_name, span, subject
 from .diff import Change
 
-# The gate's own words for how long it waits for its run's GPUs (scripts/acceptance/gate.sh).
-WAIT = re.compile(r"were not free within (\d+) minutes")
+# What the gate's workload publishes (components/planning/facts.py gate_facts).
+WAIT, DEFINITION = "gateWaitMinutes", "testDefinition"
 
 
 def untested() -> str:
@@ -46,8 +45,17 @@ def gpu_nodes(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
 
 
 def _wait(urn: str | None, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
-    m = WAIT.search(str((new_inputs or {}).get(urn or "", {}).get("stdin", "")))
-    return f"{m.group(1)} min" if m else "the test's timeout"
+    """How long the gate of `urn` waits for its run's GPUs, as its workload publishes it."""
+    test = subject(resource_name(urn or ""), names().ACCEPTANCE) or ""
+    wait = (facts_by_name(new_inputs, names().WORKLOAD_TYPE).get(test) or {}).get(WAIT)
+    return f"{wait} min" if wait else "the test's timeout"
+
+
+def _test_changed(changes: Sequence[Change], gate: Change) -> bool:
+    """Whether the test's definition (the MPIJob the runs copy) changes with the gate."""
+    test = subject(gate.name, names().ACCEPTANCE, gate.layer)
+    return any(c.type == names().WORKLOAD_TYPE and c.name == test
+               and f"facts.{DEFINITION}" in c.values for c in changes)
 
 
 def _them(hosts: Sequence[str]) -> tuple[str, str]:
@@ -74,7 +82,7 @@ def acceptance_line(changes: Sequence[Change], new_inputs: Mapping[str, Mapping[
         return (f"  acceptance test: {span(untested, 3)} untested (no training or serving lands "
                 f"there) until a run passes on {them} {peers}: up to {wait} for its GPUs, else "
                 f"`pulumi up` fails and {they} closed to work")
-    if any("--definition " in line for line in gate.text_diffs.get("stdin", [])):
+    if _test_changed(changes, gate):
         return ("  acceptance test: the test changed: a run on two GPU nodes of one SU that "
                 f"passed before (free ones if any), up to {wait} for their GPUs; every node "
                 "again is a maintenance window (docs/acceptance.md)")

@@ -1,31 +1,28 @@
 """Hosts whose fabric addresses change in place (pure): a node moved to another slot or SU
-takes the IPoIB addresses of its new place (components/planning/host_scripts.py netplan), and
-with them its Lustre client's NIDs (<address>@o2ib, components/planning/lnet.py)."""
+takes the IPoIB addresses of its new place (components/planning/lnet.py rail_addresses, which
+its netplan and the facts it publishes carry), and with them its Lustre client's NIDs
+(<address>@o2ib)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-from .conventions import names, subject
+from .conventions import fact_changes, names
 from .diff import Change
-
-# A rail interface's address in the host preparation's netplan: `      addresses: [a.b.c.d/n]`.
-_ADDRESS = re.compile(r"^([-+])\s+addresses: \[([\d.]+)/\d+\]$")
 
 
 def readdressed(changes: Iterable[Change]) -> dict[str, list[tuple[str, str]]]:
-    """host -> (old, new) of each rail address that changes, in rail order."""
+    """host -> (old, new) of each rail address that changes, in rail order, from the addresses
+    each host publishes (components/planning/facts.py host_facts); a host that gains or loses a
+    rail is not re-addressed in place."""
     out = {}
     for c in changes:
-        host = subject(c.name, names().PREPARE)
-        if not host or c.action != "update":
+        if c.type != names().HOST_TYPE or c.action != "update":
             continue
-        found = [m for line in c.text_diffs.get("stdin", []) if (m := _ADDRESS.match(line))]
-        old = [m[2] for m in found if m[1] == "-"]
-        new = [m[2] for m in found if m[1] == "+"]
-        if old and len(old) == len(new):
-            out[host] = list(zip(old, new, strict=True))
+        found = fact_changes(c, "railAddresses")
+        if found and all(None not in sides for sides in found.values()):
+            out[c.name] = [(str(o), str(n)) for _, (o, n) in sorted(
+                found.items(), key=lambda kv: int(kv[0][0]))]
     return out
 
 

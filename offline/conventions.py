@@ -9,6 +9,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
+from .diff import Change, split_path
+
 
 @cache  # called per port line: an import statement costs a lookup each time
 def ports() -> ModuleType:
@@ -43,6 +45,26 @@ def published_facts(new_inputs: Mapping[str, Mapping[str, Any]] | None,
     return [facts for urn, inputs in (new_inputs or {}).items()
             if urn.split("::")[-2:][0].rpartition("$")[2] in types
             and isinstance(facts := inputs.get("facts"), Mapping)]
+
+
+def facts_by_name(new_inputs: Mapping[str, Mapping[str, Any]] | None,
+                  type_: str) -> dict[str, Mapping[str, Any]]:
+    """name -> the facts each component of `type_` publishes (a host's, a workload's)."""
+    return {resource_name(urn): facts for urn, inputs in (new_inputs or {}).items()
+            if urn.split("::")[-2:][0].rpartition("$")[2] == type_
+            and isinstance(facts := inputs.get("facts"), Mapping)}
+
+
+def fact_changes(change: Change, key: str) -> dict[tuple[str, ...], tuple[Any, Any]]:
+    """The (old, new) of each value under a change's published fact `key`, by the path below
+    it (`facts.railGuids["h"]["1"]` -> ("h", "1"); `facts.address` -> ()); a side is None
+    where the value is absent."""
+    out = {}
+    for path, sides in change.values.items():
+        segments = split_path(path)
+        if segments[:2] == ["facts", key]:
+            out[tuple(segments[2:])] = sides
+    return out
 
 
 def resource_name(urn: str) -> str:

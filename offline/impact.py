@@ -149,7 +149,7 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         racked=sorted(sw for sw, a in switches.items() if a == "create"),
         retired=sorted(sw for sw, a in switches.items() if a == "delete"),
         drained=drained_hosts(changes, new_inputs), rebooted=rebooted_hosts(changes),
-        rollouts=operator_rollouts(changes, new_inputs), swaps=replaced_hcas(changes),
+        rollouts=operator_rollouts(changes, new_inputs), swaps=replaced_hcas(changes, new_inputs),
         host_driver=host_driver_change(changes),
         boards=boards,
         switches_swapped=replaced_switches(changes, new_inputs),

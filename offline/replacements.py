@@ -1,10 +1,11 @@
 """A replaced board, HCA or switch, read from the diff (pure): what it is, what is cabled to
 it, and the steps a technician takes around `pulumi up`.
 
-A board is read from a host's preparation (a new SSH host key or management MAC behind the
-same address), an HCA or a switch from the subnet managers' node-name maps (a new GUID behind
-the same name). A host's role (GPU node, subnet manager's host, control plane) decides what the
-swap takes: a drain, a hand-over of the master subnet manager, or the API with it.
+A board is read from the facts its host publishes (a new SSH host key or management MAC
+behind the same address), an HCA or a switch from the GUIDs the fabrics publish for the subnet
+managers' node-name maps (a new GUID behind the same name). A host's role (GPU node, subnet
+manager's host, control plane) decides what the swap takes: a drain, a hand-over of the
+master subnet manager, or the API with it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .acceptance import mark_untested, retest_step
-from .conventions import names, published_facts, resource_name, subject
+from .conventions import fact_changes, facts_by_name, names, published_facts, resource_name, subject
 from .conventions import ports as _ports
 from .conventions import span as _span
 from .diff import Change
@@ -30,25 +31,21 @@ def sm_roles(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, st
             for sm in facts.get("subnetManagers") or ()}
 
 
-def _changed(lines: list[str], prefix: str) -> bool:
-    return any(ln.startswith(f"-{prefix}") for ln in lines) and any(
-        ln.startswith(f"+{prefix}") for ln in lines)
+def _swapped(sides: tuple[Any, Any] | None) -> bool:
+    """A value published before and after that differs: a new part behind the same name."""
+    return sides is not None and None not in sides and sides[0] != sides[1]
 
 
 def replaced_boards(changes: Iterable[Change]) -> list[str]:
-    """Hosts with a new board behind the same name and address, read from their
-    `<host>-prepare`: a new SSH host key (a new board, or its OS reinstalled) or a new
-    management MAC (a new board that kept its OS drives)."""
+    """Hosts with a new board behind the same name and address, read from the facts each host
+    publishes (components/planning/facts.py host_facts): a new SSH host key (a new board, or
+    its OS reinstalled) or a new management MAC (a new board that kept its OS drives)."""
     out = []
     for c in changes:
-        host = subject(c.name, names().PREPARE)
-        if not host or c.action != "update":
+        if c.type != names().HOST_TYPE or c.action != "update" or "facts.address" in c.values:
             continue
-        login = c.text_diffs.get("connection", [])
-        moved = any(ln.startswith("+host: ") for ln in login)
-        if not moved and (_changed(login, "hostKey: ")
-                          or _changed(c.text_diffs.get("stdin", []), "MANAGEMENT_MAC=")):
-            out.append(host)
+        if _swapped(c.values.get("facts.hostKey")) or _swapped(c.values.get("facts.managementMac")):
+            out.append(c.name)
     return sorted(out)
 
 
@@ -104,25 +101,28 @@ class HcaSwap:
     new: str
 
 
-# A subnet manager's node-name map line: `<port GUID> "<host>/rail<N>/<HCA>"`.
-_GUID_NAME = re.compile(r'^([-+])(0x[0-9a-f]{16}) "([^"/]+)/rail(\d+)/([^"]+)"$')
-
-
-def replaced_hcas(changes: Iterable[Change]) -> list[HcaSwap]:
-    """HCAs whose port GUID changes while their host and rail stay, read from the subnet
-    managers' node-name maps (a replaced board's are part of its own step)."""
+def replaced_hcas(changes: Iterable[Change],
+                  new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[HcaSwap]:
+    """HCAs whose port GUID changes while their host and rail stay, from the GUIDs the fabrics
+    publish for the subnet managers (a replaced board's are part of its own step)."""
     changes = list(changes)
     boards = set(replaced_boards(changes))
-    found: dict[tuple[str, int, str], dict[str, str]] = {}
-    for c in changes:
-        if c.action != "update" or subject(c.name, names().OPENSM) is None:
-            continue
-        for line in c.text_diffs.get("stdin", []):
-            if m := _GUID_NAME.match(line):
-                found.setdefault((m[3], int(m[4]), m[5]), {})[m[1]] = m[2]
-    return [HcaSwap(host, rail, hca, sides["-"], sides["+"])
-            for (host, rail, hca), sides in sorted(found.items())
-            if sides.keys() == {"-", "+"} and sides["-"] != sides["+"] and host not in boards]
+    v = names()
+    hcas = {(host, rail): (entry.get("hcas") or ["?"])[0]
+            for facts in published_facts(new_inputs, v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
+            for host, rails in (facts.get("rails") or {}).items()
+            for rail, entry in rails.items()}
+    found = {(host, int(rail)): sides
+             for c in changes if c.action == "update"
+             and c.type in (v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
+             for (host, rail), sides in _pairs(fact_changes(c, "railGuids")) if _swapped(sides)}
+    return [HcaSwap(host, rail, hcas.get((host, str(rail)), "?"), old, new)
+            for (host, rail), (old, new) in sorted(found.items()) if host not in boards]
+
+
+def _pairs(found: Mapping[tuple[str, ...], tuple[Any, Any]]
+           ) -> Iterable[tuple[tuple[str, str], tuple[Any, Any]]]:
+    return (((path[0], path[1]), sides) for path, sides in found.items() if len(path) == 2)
 
 
 def hca_link(swap: HcaSwap, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
@@ -147,24 +147,18 @@ class SwitchSwap:
     storage: tuple[str, ...] = ()  # storage server ports cabled to it ("lustre-01 port1")
 
 
-# A subnet manager's node-name map line for a switch: `<GUID> "<switch>"`.
-_GUID_SWITCH = re.compile(r'^([-+])(0x[0-9a-f]{16}) "([^"/ ]+)"$')
-
-
 def replaced_switches(changes: Iterable[Change],
                       new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[SwitchSwap]:
-    """Switches whose GUID changes in the subnet managers' node-name maps (fabric.switchGuids):
-    a new chassis behind the same name, with what is cabled to it (its port map)."""
-    found: dict[str, dict[str, str]] = {}
-    for c in changes:
-        if c.action != "update" or subject(c.name, names().OPENSM) is None:
-            continue
-        for line in c.text_diffs.get("stdin", []):
-            if m := _GUID_SWITCH.match(line):
-                found.setdefault(m[3], {})[m[1]] = m[2]
+    """Switches whose GUID changes in what the fabrics publish for the subnet managers
+    (fabric.switchGuids): a new chassis behind the same name, with what is cabled to it (its
+    port map)."""
+    v = names()
+    found = {path[0]: sides for c in changes if c.action == "update"
+             and c.type in (v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
+             for path, sides in fact_changes(c, "switchGuids").items() if len(path) == 1}
     out = []
     for sw, sides in sorted(found.items()):
-        if sides.keys() != {"-", "+"} or sides["-"] == sides["+"]:
+        if not _swapped(sides):
             continue
         config = next((inputs for urn, inputs in (new_inputs or {}).items()
                        if resource_name(urn) == names().name(names().SWITCH_CONFIG, sw)), {})
@@ -177,7 +171,7 @@ def replaced_switches(changes: Iterable[Change],
                  if not _ports().hca_peer(d) and not _ports().switch_peer(d)]
         storage = sorted(p for p in peers if p.split(" ")[-1].startswith("port"))
         others = sorted({p.split(" ")[0] for p in peers if p not in storage})
-        out.append(SwitchSwap(sw, sides["-"], sides["+"], tuple(sorted({h for h, _, _ in hcas})),
+        out.append(SwitchSwap(sw, sides[0], sides[1], tuple(sorted({h for h, _, _ in hcas})),
                               tuple(sorted({r for _, r, _ in hcas})), tuple(others), len(uplinks),
                               tuple(f"port {port}: {_ports().split_cable(d)[0]}"
                                     for port, d in sorted(descs.items())), tuple(storage)))
@@ -252,17 +246,9 @@ def management_mac(host: str, new_inputs: Mapping[str, Mapping[str, Any]] | None
 
 def management_macs(hosts: Iterable[str], new_inputs: Mapping[str, Mapping[str, Any]] | None
                     ) -> dict[str, str]:
-    """`management_mac` of each of `hosts` that has one, in one pass over the resources."""
-    prepares = {names().name(names().PREPARE, h): h for h in hosts}
-    macs = {}
-    for urn, inputs in (new_inputs or {}).items():
-        host = prepares.get(resource_name(urn))
-        if host and (mac := _MANAGEMENT_MAC.search(str(inputs.get("stdin", "")))):
-            macs[host] = mac.group(1)
-    return macs
-
-
-_MANAGEMENT_MAC = re.compile(r'^MANAGEMENT_MAC="([^"]+)"$', re.M)
+    """`management_mac` of each of `hosts` that has one, from the facts hosts publish."""
+    facts = facts_by_name(new_inputs, names().HOST_TYPE)
+    return {h: str(mac) for h in hosts if (mac := (facts.get(h) or {}).get("managementMac"))}
 
 
 def board_steps(hosts: list[str], new_inputs: Mapping[str, Mapping[str, Any]] | None,

@@ -11,6 +11,7 @@ import yaml
 from support.project import REPO, run_offline
 from support.stack_edits import edit_inventory, edit_stack, render_baseline, seven_nodes
 
+from components.planning import names
 from offline.bench import scale_gpu_nodes
 from offline.diff import Change, Diff
 from offline.runbook import runbook
@@ -170,14 +171,20 @@ def test_a_control_plane_setting_change_says_the_init_will_not_apply_it(project:
     assert not any("roll it to" in line for line in lines)
 
 
-def _init_and_kubelet(line: str) -> list[Change]:
+def _init_and_kubelet(line: str, **facts: tuple[str, str]) -> list[Change]:
+    """The init script and the kubelet's upload with `line` changed, and the facts the
+    kubeadm cluster publishes of it (path -> (old, new))."""
+    cluster = Change("update", "urn:x::kubernetes", names.CLUSTER_TYPE, "kubernetes",
+                     "bootstrap", [f"facts.{k}" for k in facts],
+                     values={f"facts.{k}": v for k, v in facts.items()})
     return [Change("update", f"urn:x::{name}", "command:remote:Command", name, "bootstrap",
                    ["stdin"], text_diffs={"stdin": [line]})
-            for name in ("mgmt-01-kubeadm-init", "kubelet-config")]
+            for name in ("mgmt-01-kubeadm-init", "kubelet-config")] + ([cluster] if facts else [])
 
 
 def test_a_subnet_change_is_flagged_although_the_kubelet_upload_carries_it() -> None:
-    lines = runbook(Diff(_init_and_kubelet("+  serviceSubnet: 10.97.0.0/12")))
+    lines = runbook(Diff(_init_and_kubelet("+  serviceSubnet: 10.97.0.0/12",
+                                           serviceSubnet=("10.96.0.0/12", "10.97.0.0/12"))))
     assert any("control-plane settings change in mgmt-01" in line and
                "cannot change on a running cluster" in line for line in lines)
 
@@ -192,7 +199,10 @@ def test_a_cpu_manager_policy_change_removes_the_checkpoint_while_stopped() -> N
     change = Change("update", "urn:x::kubelet-config", "command:remote:Command", "kubelet-config",
                     "bootstrap", ["stdin"], text_diffs={"stdin": [
                         "-cpuManagerPolicy: static", "+cpuManagerPolicy: none"]})
-    (roll,) = [line for line in runbook(Diff([change])) if "roll it to" in line]
+    cluster = Change("update", "urn:x::kubernetes", names.CLUSTER_TYPE, "kubernetes", "bootstrap",
+                     ["facts.kubeletCpuManagerPolicy"],
+                     values={"facts.kubeletCpuManagerPolicy": ("static", "none")})
+    (roll,) = [line for line in runbook(Diff([change, cluster])) if "roll it to" in line]
     assert ("systemctl stop kubelet && rm -f /var/lib/kubelet/cpu_manager_state && "
             "systemctl start kubelet") in roll
     assert "every node already in the cluster" in roll

@@ -17,7 +17,7 @@ import pulumi_command as command
 from components.layers.hardware import BareMetalNode
 from components.layers.remote import remote_command
 from components.planning import names
-from components.planning.facts import fabric_facts
+from components.planning.facts import FabricGuids, fabric_facts
 from components.planning.subnet_manager import with_sm_keys
 
 
@@ -45,6 +45,7 @@ class FabricArgs:
     switch_user: str
     switch_password: Any  # a Pulumi secret
     sm_keys: Sequence[Any] = ()  # M_Key, SM_Key, SA_Key: Pulumi secrets
+    guids: FabricGuids | None = None  # what the subnet managers know each part by
 
 
 # The compute fabric's type, and a storage fabric's: the pack reads the compute rails' cabling
@@ -60,7 +61,7 @@ class InfinibandFabric(pulumi.ComponentResource):
         # (and a split site's other parts, through the core's `facts` output).
         facts = fabric_facts({sw: s.cli for sw, s in args.switches.items()},
                              {host: sm.files for host, sm in args.sm_hosts.items()},
-                             master=next(reversed(args.sm_hosts), None))
+                             master=next(reversed(args.sm_hosts), None), guids=args.guids)
         self.published_facts = facts
         super().__init__(type_, name, {"facts": facts}, opts)
         # One at a time, in the order given (standbys, then the master): each waits for the

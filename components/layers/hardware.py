@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -24,6 +24,8 @@ class BareMetalNodeArgs:
     bmc_command: str | None = None  # Redfish settings, run where `pulumi up` runs
     bmc_password: Any = None  # a Pulumi secret
     authorized_keys_script: str | None = None  # the managed authorized_keys of ssh_user
+    # The board and addresses, for the preview's readers (planning/facts.py host_facts)
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 class BareMetalNode(pulumi.ComponentResource):
@@ -35,7 +37,8 @@ class BareMetalNode(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: BareMetalNodeArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:hardware:BareMetalNode", name, None, opts)
+        super().__init__(names.HOST_TYPE, name, {"facts": args.facts} if args.facts else None,
+                         opts)
         self.hostname = args.hostname
         self.role = args.role
         self.address = args.address

@@ -24,6 +24,7 @@ class AcceptanceGate:
     connection: command.remote.ConnectionArgs
     script: str
     depends_on: list[pulumi.Resource]
+    facts: dict[str, str]  # its settings, for the preview's readers (planning/facts.py gate_facts)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Workload(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: WorkloadArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:workloads:Workload", name, None, opts)
+        super().__init__(names.WORKLOAD_TYPE, name,
+                         {"facts": args.gate.facts} if args.gate is not None else None, opts)
         self.setup = None
         if args.setup is not None:
             self.setup = remote_command(

@@ -160,6 +160,11 @@ def gpu_node_sus(cluster: Cluster) -> dict[str, str]:
     return {n.hostname: f"su{n.su}" for n in cluster.in_service_nodes}
 
 
+def gate_wait_minutes(test: NcclTest) -> int:
+    """How long the gate waits for its run's GPUs before it fails `pulumi up`."""
+    return test.timeout_minutes + GATE_TIMEOUT_GRACE
+
+
 def nccl_gate_script(cluster: Cluster, test: NcclTest) -> str:
     """Run on the control plane after the (suspended) MPIJob is applied: choose the nodes, run
     a copy of it there, wait for it, check its log, then mark the nodes tested.
@@ -173,7 +178,7 @@ def nccl_gate_script(cluster: Cluster, test: NcclTest) -> str:
     t = cluster.gpu_nodes.template
     rails, floor, rail_floor = len(t.hcas), nccl_floor_gbs(cluster, test), rail_floor_gbps(cluster)
     one = nccl.busbw_floor_gbs(1, rails, t.link_gbps, test.min_efficiency)
-    deadline = (test.timeout_minutes + GATE_TIMEOUT_GRACE) * 60
+    deadline = gate_wait_minutes(test) * 60
     steps = [f"ib_write_bw on each of {rails} rails, node to next node in a ring: "
              f">= {rail_floor:g} Gb/s each (more than one node)",
              f"all_reduce_perf with NCCL_ALGO={nccl.ALGO}: bus bandwidth floor {floor} GB/s "
@@ -188,6 +193,6 @@ def nccl_gate_script(cluster: Cluster, test: NcclTest) -> str:
         run=shlex.quote(test.name + acceptance_run.RUN_SUFFIX), gpu_nodes=shlex.quote(sus),
         definition=definition(cluster, test), boards=boards(cluster), gpus=t.gpu.count,
         rails=rails, floor=floor, floor_one=one, polls=deadline // 10,
-        minutes=test.timeout_minutes + GATE_TIMEOUT_GRACE, min_bytes=nccl.GIB, algo=nccl.ALGO,
+        minutes=gate_wait_minutes(test), min_bytes=nccl.GIB, algo=nccl.ALGO,
         rail_floor=rail_floor)
 

@@ -19,7 +19,8 @@ engine hands them to rules as floats).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.planning.host_scripts import kube_pkg_version
@@ -33,11 +34,13 @@ _KEY_OPTION = re.compile(r"^\s*(m_key|sm_key|sa_key)\s", re.M)
 
 def fabric_facts(switch_cli: Mapping[str, str],
                  sm_files: Mapping[str, Mapping[str, str]],
-                 master: str | None = None) -> dict[str, Any]:
+                 master: str | None = None,
+                 guids: FabricGuids | None = None) -> dict[str, Any]:
     """Summary of the fabric as configured: per switch its role, host- and switch-facing ports
     and highest port used; per host and rail the switches and HCA it is cabled to; the subnet
     managers' roles (`master`'s, restarted last, the others standbys), priorities and
-    management-key settings; the partitions' pkeys."""
+    management-key settings; the partitions' pkeys; the GUIDs the subnet managers know each
+    switch and rail HCA by (a new one behind the same name is a replaced part)."""
     names = set(switch_cli)
     switches: dict[str, Any] = {}
     rails: dict[str, dict[str, dict[str, Any]]] = {}
@@ -90,7 +93,38 @@ def fabric_facts(switch_cli: Mapping[str, str],
                   for h, r in sorted(rails.items())},
         "subnetManagers": sms,
         "partitions": [{"name": n, "pkey": k} for n, k in sorted(partitions.items())],
-    }
+    } | (guids.facts() if guids is not None else {})
+
+
+@dataclass(frozen=True)
+class FabricGuids:
+    """The GUIDs the plan gives the subnet managers' node-name maps: each switch's node GUID,
+    each GPU node's rail HCAs' port GUIDs (host -> rail -> GUID)."""
+
+    switches: Mapping[str, str]
+    rails: Mapping[str, Mapping[int, str]]
+
+    def facts(self) -> dict[str, Any]:
+        return {"switchGuids": dict(sorted(self.switches.items())),
+                "railGuids": {host: {str(r): g for r, g in sorted(rails.items())}
+                              for host, rails in sorted(self.rails.items())}}
+
+
+def host_facts(address: str, host_key: str | None, management_mac: str | None,
+               rail_addresses: Sequence[str] = ()) -> dict[str, Any]:
+    """What identifies a host's board and where its fabric addresses are: the management
+    address the stack dials, its SSH host key and management MAC (either new behind the same
+    address is a new board), and its IPoIB addresses (a GPU node's Lustre NIDs), in rail order."""
+    return {"address": address,
+            **({"hostKey": host_key} if host_key else {}),
+            **({"managementMac": management_mac} if management_mac else {}),
+            **({"railAddresses": list(rail_addresses)} if rail_addresses else {})}
+
+
+def gate_facts(wait_minutes: int, definition: str) -> dict[str, str]:
+    """The acceptance gate's settings: how long it waits for its run's GPUs, and the digest of
+    the test's definition (a new one runs the test again on nodes that passed the old)."""
+    return {"gateWaitMinutes": str(wait_minutes), "testDefinition": definition}
 
 
 def gpu_driver_facts(host_driver: str | None) -> dict[str, str]:
@@ -108,9 +142,19 @@ def upgrade_facts(batch: int, gang_wait_minutes: int) -> dict[str, str]:
     return {"upgradeBatch": str(batch), "gangWaitMinutes": str(gang_wait_minutes)}
 
 
-def kubernetes_facts(version: str, endpoint: str) -> dict[str, str]:
-    """The Kubernetes release the control plane is initialised and upgraded to, the version
-    of the packages (kubeadm, kubelet, kubectl) the hosts install for it, and the API
-    endpoint `kubeadm init` writes into every certificate and kubeconfig (which never moves)."""
+def kubernetes_facts(cluster_config: Mapping[str, Any], kubelet_config: Mapping[str, Any]
+                     ) -> dict[str, str]:
+    """From kubeadm's ClusterConfiguration and the KubeletConfiguration: the Kubernetes release
+    the control plane is initialised and upgraded to, the version of the packages (kubeadm,
+    kubelet, kubectl) the hosts install for it, the API endpoint `kubeadm init` writes into
+    every certificate and kubeconfig (which never moves), the networks no running cluster
+    takes anew, and the kubelet policies whose change needs the kubelet's checkpoint removed."""
+    version = str(cluster_config["kubernetesVersion"]).removeprefix("v")
+    networking = cluster_config["networking"]
     return {"kubernetesVersion": version, "kubernetesPackages": kube_pkg_version(version),
-            "controlPlaneEndpoint": endpoint}
+            "controlPlaneEndpoint": str(cluster_config["controlPlaneEndpoint"]),
+            "podSubnet": str(networking["podSubnet"]),
+            "serviceSubnet": str(networking["serviceSubnet"]),
+            "dnsDomain": str(networking["dnsDomain"]),
+            "kubeletCpuManagerPolicy": str(kubelet_config["cpuManagerPolicy"]),
+            "kubeletMemoryManagerPolicy": str(kubelet_config["memoryManagerPolicy"])}

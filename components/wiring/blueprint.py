@@ -46,6 +46,7 @@ from components.planning import (
     inference,
     ingress,
     kubeadm,
+    lnet,
     namespaces,
     network_policies,
     placement,
@@ -66,7 +67,14 @@ from components.planning import (
 )
 from components.planning.fabric.model import FabricPlan
 from components.planning.fabric.render import render_fabric_files
-from components.planning.facts import gpu_driver_facts, kubernetes_facts, upgrade_facts
+from components.planning.facts import (
+    FabricGuids,
+    gate_facts,
+    gpu_driver_facts,
+    host_facts,
+    kubernetes_facts,
+    upgrade_facts,
+)
 from components.planning.subnet_manager import (
     sm_apply_script,
     sm_host_files,
@@ -213,14 +221,15 @@ def _hardware_layer(cluster: Cluster, secrets: Secrets, nodes: Sequence[GpuNode]
     host_args: dict[str, BareMetalNodeArgs] = {}
     for host in cluster.hosts if core else ():
         script = host_scripts.prepare_host(cluster, host, CLUSTER_KEY)
-        host_args[host.hostname] = _host(cluster, secrets, host.hostname, host.role,
-                                         str(host.management_ip), host.ssh_host_key, script,
-                                         host.bmc_address)
+        host_args[host.hostname] = _host(
+            cluster, secrets, host.hostname, host.role, script, host.bmc_address,
+            host_facts(str(host.management_ip), host.ssh_host_key, None))
     for node in nodes:
         script = host_scripts.prepare_gpu_node(cluster, node, CLUSTER_KEY)
-        host_args[node.hostname] = _host(cluster, secrets, node.hostname, "gpu-worker",
-                                         str(node.management_ip), node.ssh_host_key, script,
-                                         node.bmc_address)
+        host_args[node.hostname] = _host(
+            cluster, secrets, node.hostname, "gpu-worker", script, node.bmc_address,
+            host_facts(str(node.management_ip), node.ssh_host_key, node.management_mac,
+                       [str(ra.address) for ra in lnet.rail_addresses(cluster, node)]))
     for name, args in host_args.items():
         artifacts[f"scripts/{name}/prepare-host.sh"] = args.prepare_script
         if args.authorized_keys_script:
@@ -270,7 +279,10 @@ def _fabric_layer(cluster: Cluster, secrets: Secrets, fabric_plan: FabricPlan,
         sm_hosts=subnet_managers,
         switches=switches, switch_user=cluster.fabric.switch_user,
         switch_password=secrets.switch_password,
-        sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key)),
+        sm_keys=(secrets.fabric_m_key, secrets.fabric_sm_key, secrets.fabric_sa_key),
+        guids=FabricGuids(switches={s.name: s.guid for s in fabric_plan.switches},
+                          rails={n.hostname: {r.rail: r.port_guid for r in n.rails}
+                                 for n in fabric_plan.nodes})),
         type_=STORAGE_FABRIC_TYPE if storage_fabric else COMPUTE_FABRIC_TYPE)
     return fabric, artifacts
 
@@ -345,7 +357,8 @@ def _cluster_facts(cluster: Cluster, core: bool, nodes: bool) -> dict[str, str] 
     k = cluster.kubernetes
     owned = gpu_driver_facts(cluster.platform.gpu_operator.host_driver) \
         | upgrade_facts(k.upgrade_batch, k.gang_wait_minutes) if core or nodes else {}
-    cp = kubernetes_facts(k.version, kubeadm.endpoint(cluster)) \
+    cp = kubernetes_facts(kubeadm.cluster_configuration(cluster),
+                          kubeadm.kubelet_configuration(cluster)) \
         | quarantine_setup.quarantine_facts(cluster) if core else {}
     return (cp | owned) or None
 
@@ -410,6 +423,8 @@ def _workload_layer(cluster: Cluster, provider: k8s.Provider, cp: ControlPlaneHo
         # After every GPU node's join: a node added in this update is there (untested) when
         # the gate chooses what to test.
         gate = AcceptanceGate(connection=cp.connection, script=gate_script,
+                              facts=gate_facts(acceptance.gate_wait_minutes(test),
+                                               acceptance.definition(cluster, test)),
                               depends_on=[*([kube.init] if kube and kube.init else []),
                                           *(kube.members.values() if kube else [])]) \
             if test.gate else None
@@ -487,16 +502,16 @@ def _planned_reboot(node: GpuNode, gang_wait_s: int, host_driver: str | None) ->
         uncordon=reboot.uncordon_script(host))
 
 
-def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, address: str,
-          host_key: str | None, script: str, bmc_address: Any) -> BareMetalNodeArgs:
+def _host(cluster: Cluster, secrets: Secrets, hostname: str, role: str, script: str,
+          bmc_address: Any, facts: dict[str, Any]) -> BareMetalNodeArgs:
     redfish = (bmc.redfish_command(cluster.bmc, str(bmc_address))
                if cluster.bmc and bmc_address else None)
     creds = cluster.credentials
     keys = (ssh_keys.authorized_keys_script(
         cluster.ssh_user, (creds.ssh_public_key, *creds.ssh_authorized_keys))
         if creds.ssh_public_key else None)
-    return BareMetalNodeArgs(hostname=hostname, role=role, address=address,
+    return BareMetalNodeArgs(hostname=hostname, role=role, address=facts["address"],
                              ssh_user=cluster.ssh_user, ssh_private_key=secrets.ssh_private_key,
-                             ssh_host_key=host_key, prepare_script=script,
+                             ssh_host_key=facts.get("hostKey"), prepare_script=script,
                              bmc_command=redfish, bmc_password=secrets.bmc_password_for(hostname),
-                             authorized_keys_script=keys)
+                             authorized_keys_script=keys, facts=facts)

@@ -132,7 +132,7 @@ def runbook(diff: Diff, stack: str = "prod",
     steps: list[str] = rotation_steps(w.rotations)
     steps += membership_steps(w.changes, w.decommissioning, w.leaving, recabled, retested)
     steps += board_steps(boards, new_inputs, stack)
-    hca_before, hca_after = hca_steps(replaced_hcas(w.changes), new_inputs)
+    hca_before, hca_after = hca_steps(replaced_hcas(w.changes, new_inputs), new_inputs)
     steps += hca_before
     steps += switch_swap_steps(replaced_switches(w.changes, new_inputs), stack, retested)
     steps += host_steps(w.changes, w.prepared, w.joining, w.leaving, boards)
@@ -181,7 +181,7 @@ def _software_steps(w: _Work, new_inputs: Mapping[str, Mapping[str, Any]] | None
     if w.upgrade is not None:
         steps.extend(upgrade_steps(*w.upgrade, new_inputs))
     if w.kubelet is not None:
-        steps.extend(kubelet_roll(w.kubelet, w.joining, new_inputs))
+        steps.extend(kubelet_roll(w.changes, w.joining, new_inputs))
     if (moved := endpoint_move(w.changes)) is not None:
         steps.append(endpoint_refusal(*moved))
     for host in w.control_plane:

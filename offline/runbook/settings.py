@@ -11,12 +11,17 @@ from ..conventions import names, resource_name, subject
 from ..conventions import span as _span
 from ..diff import Change
 
-# Kubelet settings whose change needs the kubelet's checkpoint removed before it restarts.
-_CHECKPOINTED = {"cpuManagerPolicy": "cpu_manager_state", "memoryManagerPolicy":
-                 "memory_manager_state"}
+# The kubelet policies the kubeadm cluster publishes (components/planning/facts.py
+# kubernetes_facts) whose change needs the kubelet's checkpoint removed before it restarts.
+_CHECKPOINTED = {"facts.kubeletCpuManagerPolicy": "cpu_manager_state",
+                 "facts.kubeletMemoryManagerPolicy": "memory_manager_state"}
 
 
-def kubelet_roll(change: Change, joining: list[str],
+def _cluster(changes: Iterable[Change]) -> Change | None:
+    return next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+
+
+def kubelet_roll(changes: Iterable[Change], joining: list[str],
                  new_inputs: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """A changed KubeletConfiguration: uploaded by `pulumi up`, rolled by hand node by node."""
     # Control-plane hosts run a kubelet with the same settings: every host that inits or joins.
@@ -25,8 +30,9 @@ def kubelet_roll(change: Change, joining: list[str],
                       for role in (names().KUBEADM_INIT, names().KUBEADM_JOIN)
                       if (h := subject(name, role)) is not None})
     existing = [h for h in members if h not in joining]
-    changed = " ".join(change.text_diffs.get("stdin", []))
-    states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if f"{key}:" in changed]
+    cluster = _cluster(changes)
+    changed = cluster.values if cluster is not None else {}
+    states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if key in changed]
     if not existing:
         which = "every node already in the cluster"
     else:
@@ -45,21 +51,25 @@ def kubelet_roll(change: Change, joining: list[str],
     ]
 
 
-# Settings the kubelet's upload carries too, but that no running cluster takes by a re-upload.
-_CLUSTER_WIDE = ("kubernetesVersion:", "podSubnet:", "serviceSubnet:", "dnsDomain:")
+# Settings the kubelet's upload carries too, but that no running cluster takes by a re-upload,
+# as the kubeadm cluster publishes them.
+_CLUSTER_WIDE = ("facts.kubernetesVersion", "facts.podSubnet", "facts.serviceSubnet",
+                 "facts.dnsDomain")
 
 
 def control_plane_settings(changes: Iterable[Change], kubelet: Change | None) -> list[str]:
     """Init hosts whose script changed in more than the kubelet settings `kubelet-config`
     carries (those reach joining nodes; everything else in the init needs a hand)."""
+    changes = list(changes)
     carried = set(kubelet.text_diffs.get("stdin", [])) if kubelet is not None else set()
+    cluster = _cluster(changes)
+    cluster_wide = cluster is not None and any(k in cluster.values for k in _CLUSTER_WIDE)
     hosts = []
     for c in changes:
         host = subject(c.name, names().KUBEADM_INIT)
         if host is None or c.action not in ("update", "replace"):
             continue
-        lines = set(c.text_diffs.get("stdin", []))
-        if lines - carried or any(key in line for line in lines for key in _CLUSTER_WIDE):
+        if set(c.text_diffs.get("stdin", [])) - carried or cluster_wide:
             hosts.append(host)
     return sorted(hosts)
 

@@ -72,6 +72,8 @@ CLUSTER_TYPE = "gpucluster:bootstrap:KubeadmCluster"  # the kubeadm cluster
 COMPUTE_FABRIC_TYPE = "gpucluster:fabric:InfinibandFabric"  # the compute rails
 STORAGE_FABRIC_TYPE = "gpucluster:fabric:StorageFabric"  # fabric.storageFabric
 SITE_FACTS_TYPE = "gpucluster:site:SiteFacts"  # what a split site's part reads of the others'
+HOST_TYPE = "gpucluster:hardware:BareMetalNode"  # one host: its board and addresses
+WORKLOAD_TYPE = "gpucluster:workloads:Workload"  # one workload: its acceptance gate's settings
 
 
 def name(role: str, subject: str) -> str:
