@@ -32,7 +32,7 @@ from support.node_health import FixtureNode, exporting_detector, kernel_line, np
 from support.sandbox import prod_cluster
 from support.twin import BINS
 
-from components.planning import health, quarantine
+from components.planning import health, health_detector, quarantine
 from components.planning.quarantine_setup import QUARANTINE_USER, policy, quarantine_rbac
 from twin.controlplane import TOKEN, ControlPlane
 
@@ -55,7 +55,7 @@ CONDITIONS = {"GPUFallenOffBus", "GPUNeedsReset", "InfinibandRailDown", "Infinib
               "RAIDDegraded"}
 NPD_USER = "gpu-cluster:node-problem-detector"
 NPD_TOKEN = "node-problem-detector-token-0123456789"
-NPD_ROLE = "system:node-problem-detector"  # the API server's own, upstream's deployment binds it
+NPD_ROLE = health_detector.ROLE  # the API server's own, which the stack binds as upstream does
 WAIT_S = 120  # for a detector to start and report, on a loaded two-core machine
 LIMIT_S = 900  # no detector outlives the module
 

@@ -17,6 +17,7 @@ KINDS: dict[tuple[str, str], Any] = {
     ("v1", "PersistentVolume"): k8s.core.v1.PersistentVolume,
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
     ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,

@@ -41,6 +41,8 @@ class PlatformArgs:
     access_bindings: list[dict] = field(default_factory=list)  # people's groups → roles
     # Budgets for kube-system pods kubeadm deploys (CoreDNS): a drain evicts one at a time.
     system_budgets: list[dict] = field(default_factory=list)
+    # node-problem-detector on the GPU nodes: its identity and files, then its DaemonSet.
+    node_health: list[dict] = field(default_factory=list)
 
 
 class Platform(pulumi.ComponentResource):
@@ -61,6 +63,11 @@ class Platform(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=self.admission_policies[-1:]))))
         self.access_bindings = [apply(b, child) for b in args.access_bindings]
         self.system_budgets = [apply(b, child) for b in args.system_budgets]
+        # Its ConfigMaps and service account exist before a pod of the DaemonSet asks for them.
+        files = [apply(m, child) for m in args.node_health if m["kind"] != "DaemonSet"]
+        self.node_health = files + [
+            apply(m, pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=files))) for m in args.node_health if m["kind"] == "DaemonSet"]
         # Before any workload: a pod naming a class that does not exist is refused at admission.
         self.priority_classes = [apply(pc, child) for pc in args.priority_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}

@@ -52,8 +52,9 @@ class Health(Model):
     # config/custom-plugin-monitor.json. The symbol error rate is measured over this window.
     check_interval_seconds: int = Field(30, ge=10, le=3600)
     # The DCGM host engine the DCGM check asks for its health watches: nv-hostengine on the
-    # node itself at DCGM's port 5555 (DCGM user guide, "Standalone Mode"; the GPU Operator's
-    # standalone DCGM, `dcgm.enabled: true`, serves the same port).
+    # node itself at DCGM's port 5555 (DCGM user guide, "Standalone Mode": DGX OS's
+    # nvidia-dcgm service; the detector runs on the node's network). Why not the GPU
+    # Operator's standalone DCGM: docs/health.md, "How it runs".
     dcgm_host_engine: str = Field("localhost:5555", pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
     infiniband: InfinibandHealth = InfinibandHealth()
     nvlink: NvlinkHealth = NvlinkHealth()

@@ -20,7 +20,14 @@ from components.model.cluster import Cluster, Host
 from components.model.gpu_nodes import GpuNode
 from components.model.tunables import KUBELET_EVICTION_HARD
 from components.planning import kubelet_serving, quarantine_setup
-from components.planning.labels import GPU_TAINT, ROLE_LABEL, SU_LABEL, UNTESTED_LABEL, node_label
+from components.planning.labels import (
+    GPU_TAINT,
+    ROLE_LABEL,
+    SU_LABEL,
+    UNTESTED_LABEL,
+    node_label,
+    su_value,
+)
 from components.planning.script_files import body, template
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
@@ -279,7 +286,7 @@ def node_labels(cluster: Cluster, node: GpuNode, leaves: dict[int, str] | None =
     """Labels a GPU node carries: GPU product and its place in the fabric."""
     labels = {
         "nvidia.com/gpu.product": node.gpu.product_label,
-        SU_LABEL: f"su{node.su}",
+        SU_LABEL: su_value(node.su),
         node_label("rack"): node.rack,
         ROLE_LABEL: "gpu-worker",
     }

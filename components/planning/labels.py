@@ -20,6 +20,11 @@ def node_label(name: str) -> str:
     return str(_VOCABULARY.node_label(name))
 
 
+def su_value(su: int) -> str:
+    """SU_LABEL's value on the nodes of SU `su`."""
+    return f"su{su}"
+
+
 # Work outside the stack's own (GPU Operator, training, serving) lands on GPU nodes only when it
 # tolerates this taint; kubeadm join gives every GPU node it.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

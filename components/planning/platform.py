@@ -159,6 +159,13 @@ def _releases(cluster: Cluster) -> list[Release]:
             "devicePlugin": {"enabled": True},
             "gfd": {"enabled": True},
             "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": True}},
+            # The standalone DCGM stays off (the chart's default, values.yaml `dcgm.enabled`):
+            # its nvidia-dcgm pods serve 5555 on the pod network (gpu-operator
+            # assets/state-dcgm/0400_dcgm.yml: a containerPort, no hostPort), so the node health
+            # check's localhost:5555 would not reach them, and `dcgm.hostNetwork: true` would
+            # bind the node's 5555, which DGX OS's own nvidia-dcgm may hold (the operator itself
+            # expects a host engine on DGX OS, controllers/object_controls.go
+            # TransformDCGMExporter): the check asks the host's (docs/health.md, "How it runs").
             # Whole GPUs for training: MIG stays off unless the config asks for it.
             "migManager": {"enabled": gpu.mig_manager},
             "gds": {"enabled": gpu.gpudirect_storage},

@@ -42,6 +42,7 @@ from components.model.gpu_nodes import GpuNode
 from components.planning import (
     acceptance,
     bmc,
+    health_detector,
     host_scripts,
     inference,
     ingress,
@@ -383,6 +384,7 @@ def _platform_layer(cluster: Cluster, fabric_plan: FabricPlan, provider: k8s.Pro
         admission_policies=pod_security.rdma_pod_policy(cluster),
         access_bindings=platform.access_bindings(cluster),
         system_budgets=system_spread.coredns_budget(cluster),
+        node_health=health_detector.objects(cluster),
         releases=platform.helm_releases(cluster),
         release_objects={
             "metallb": ingress.metallb_objects(cluster),

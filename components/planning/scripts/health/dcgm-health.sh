@@ -7,16 +7,17 @@
 # A Failure is a problem; a Warning is reported in the message only.
 set -u
 # include: common.sh
+# include: host-tools.sh
 
 host="${1:-}"
 [ -n "$host" ] || unknown "usage: dcgm-health.sh HOST:PORT"
-watches="$(dcgmi health --host "$host" --fetch 2>&1)" ||
+watches="$(on_host dcgmi health --host "$host" --fetch 2>&1)" ||
   unknown "DCGM host engine at $host: $(head -n 1 <<<"$watches")"
 if ! grep -qE '\|[[:space:]]+On[[:space:]]' <<<"$watches"; then
-  out="$(dcgmi health --host "$host" --set a 2>&1)" ||
+  out="$(on_host dcgmi health --host "$host" --set a 2>&1)" ||
     unknown "cannot set DCGM health watches at $host: $(head -n 1 <<<"$out")"
 fi
-report="$(dcgmi health --host "$host" --check 2>&1)" ||
+report="$(on_host dcgmi health --host "$host" --check 2>&1)" ||
   unknown "dcgmi health --check at $host failed: $(head -n 1 <<<"$report")"
 read -r overall found < <(awk -F'|' '
   function cell(i) { v = $i; gsub(/^[ \t]+|[ \t]+$/, "", v); return v }

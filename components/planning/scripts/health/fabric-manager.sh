@@ -6,10 +6,14 @@
 # means something only once the state is complete).
 set -u
 # include: common.sh
+# include: host-tools.sh
 
-service="$(systemctl is-active nvidia-fabricmanager 2>/dev/null)"
-[ "$service" = active ] || problem "nvidia-fabricmanager is ${service:-unknown}, not active"
-query="$(nvidia-smi -q 2>&1)" || unknown "nvidia-smi -q failed: $(head -n 1 <<<"$query")"
+service="$(on_host systemctl is-active nvidia-fabricmanager 2>/dev/null)"
+# is-active prints a state for any unit, even one not installed ("inactive"): nothing printed
+# means systemd could not be asked (the host unreachable), which says nothing of the fabric.
+[ -n "$service" ] || unknown "systemctl is-active nvidia-fabricmanager printed no state"
+[ "$service" = active ] || problem "nvidia-fabricmanager is $service, not active"
+query="$(on_host nvidia-smi -q 2>&1)" || unknown "nvidia-smi -q failed: $(head -n 1 <<<"$query")"
 found="$(awk '
   /^GPU [0-9A-Fa-f]+:/ { gpu = $2; fabric = 0; next }
   /^[ \t]+[A-Za-z]/ && fabric && !/^[ \t]+(State|Status)[ \t]*:/ { fabric = 0 }

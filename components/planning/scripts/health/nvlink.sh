@@ -4,12 +4,13 @@
 # links ("Link <n>: <speed>", or "<inactive>" for a link that is down).
 set -u
 # include: common.sh
+# include: host-tools.sh
 
 want="${1:-}"
 case "$want" in
   '' | *[!0-9]*) unknown "usage: nvlink.sh LINKS_PER_GPU" ;;
 esac
-status="$(nvidia-smi nvlink --status 2>&1)" ||
+status="$(on_host nvidia-smi nvlink --status 2>&1)" ||
   unknown "nvidia-smi nvlink --status failed: $(head -n 1 <<<"$status")"
 found="$(awk -v want="$want" '
   function close_gpu() {
