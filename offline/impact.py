@@ -19,7 +19,7 @@ from .addresses import address_lines
 from .conventions import span
 from .diff import Diff
 from .operators import OperatorRollout, host_driver_change, operator_rollouts
-from .quarantine import quarantine_lines
+from .quarantine import detector_lines, quarantine_lines, quarantine_on
 from .replacements import (
     HcaSwap,
     SwitchSwap,
@@ -116,7 +116,9 @@ class _Effects:
     resubmitted: list[str]
     acceptance: list[str]  # the gate's runs: in this `pulumi up`, after re-cabled uncordons
     stopped: list[str]
-    quarantine: list[str]  # the node quarantine starting or changing (offline/quarantine.py)
+    # the health checks (detector, quarantine) starting, stopping or changing (quarantine.py)
+    health: list[str]
+    quarantining: bool  # the control planes run the quarantine after the change
 
     @property
     def by_operator(self) -> list[str]:
@@ -128,7 +130,7 @@ class _Effects:
                     or self.retired or self.drained or self.rebooted or self.upgrade
                     or self.rotations or self.resubmitted or self.acceptance or self.stopped
                     or self.rollouts or self.swaps or self.boards or self.switches_swapped
-                    or self.endpoint or self.quarantine)
+                    or self.endpoint or self.health)
 
 
 def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> _Effects:
@@ -162,7 +164,8 @@ def _effects(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> 
         acceptance=[*([run] if run else []),
                     *([recabled_line(retested, new_inputs)] if retested else [])],
         stopped=sorted(c.name for c in jobs if c.action == "delete"),
-        quarantine=quarantine_lines(changes))
+        health=[*detector_lines(changes), *quarantine_lines(changes)],
+        quarantining=quarantine_on(new_inputs))
 
 
 def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
@@ -172,7 +175,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if not e and not addresses:
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
     lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs),
-             *e.quarantine]
+             *e.health]
     moved, new, pulled = e.work.existing_links_moved, e.work.plugged, e.work.pulled
     media = Counter(e.work.new_media)
     lines.append(
@@ -304,8 +307,10 @@ def _outage(e: _Effects) -> str:
     if e.boards:  # a subnet manager's host alone
         return ("  outage: none for running work: the fabric keeps a master subnet manager "
                 "throughout")
-    if e.quarantine and not (e.work.plugged or e.racked or e.rotations):
+    if e.health and not (e.work.plugged or e.racked or e.rotations):
         return ("  outage: none from this change; from then on a GPU node the health checks "
-                "find unfit leaves service on its own, as above")
+                "find unfit leaves service on its own, as above" if e.quarantining else
+                "  outage: none from this change; from then on an unfit GPU node stays in "
+                "service until a person takes it out")
     return "  outage: none expected" + (" (new links and hosts only)" if e.work.plugged
                                         or e.racked or not e.rotations else "")

@@ -1,13 +1,16 @@
-"""What enabling or changing the node quarantine does, read from the facts the kubeadm cluster
-publishes (components/planning/quarantine_setup.py quarantine_facts): the change itself drains
-nothing, but from the control planes' next pass a GPU node the health checks find unfit is
-taken out of service without anyone running a command."""
+"""What starting, stopping or changing the node health checks does: the detector on the GPU
+nodes (its DaemonSet, components/planning/health_detector.py) and the quarantine on the control
+planes, read from the facts the kubeadm cluster publishes (components/planning/
+quarantine_setup.py quarantine_facts). The change itself drains nothing, but from the control
+planes' next pass a GPU node the health checks find unfit is taken out of service without
+anyone running a command."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from .conventions import names
+from .conventions import names, published_facts
 from .diff import Change
 
 MAX, DRAINS, TAINTS = ("facts.quarantineMaxNodes", "facts.quarantineDrains",
@@ -44,3 +47,36 @@ def quarantine_lines(changes: Iterable[Change]) -> list[str]:
             parts += [f"no longer {what} for {', '.join(sorted(set(old) - set(new)))}"
                       ] if set(old) - set(new) else []
     return [f"  node quarantine changes: {'; '.join(parts)}"] if parts else []
+
+
+def _detector(changes: Iterable[Change]) -> Change | None:
+    """The detector's DaemonSet changing, if it does."""
+    daemonsets = [c for c in changes if c.type == "kubernetes:apps/v1:DaemonSet"]
+    if not daemonsets:
+        return None
+    # Imported only then: the program's own `components` package, as conventions.names().
+    from components.planning import health_detector as d
+
+    return next((c for c in daemonsets if c.name == f"daemonset-{d.NAMESPACE}-{d.NAME}"), None)
+
+
+def detector_lines(changes: Iterable[Change]) -> list[str]:
+    """One impact line when the detector starts, stops or restarts with new checks."""
+    ds = _detector(changes)
+    if ds is None:
+        return []
+    if ds.action == "create":
+        return ["  node health detector starts on every GPU node (node-problem-detector, a pod "
+                "each; nothing is drained or restarted): from its first checks it sets the "
+                "conditions of docs/health.md on the Node objects"]
+    if ds.action == "delete":
+        return ["  node health detector stops on every GPU node: the conditions it set stay "
+                "on the Node objects as they are, and none is set or cleared any more"]
+    return ["  node health detector restarts with its new checks, a tenth of the GPU nodes at "
+            "a time (no drain; the conditions stay on the nodes meanwhile)"]
+
+
+def quarantine_on(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    """Whether the control planes run the quarantine after the change."""
+    return any(MAX.removeprefix("facts.") in f
+               for f in published_facts(new_inputs, names().CLUSTER_TYPE))

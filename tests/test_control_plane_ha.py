@@ -16,7 +16,7 @@ import yaml
 from support.project import REPO, run_offline
 from support.sandbox import Sandbox, unavailable
 
-from components.planning import host_scripts, kubeadm
+from components.planning import host_scripts, kubeadm, quarantine_setup
 from components.wiring.loading import validate_cluster
 
 VIP = "10.10.0.5"
@@ -168,3 +168,35 @@ def test_preview_joins_control_planes_one_at_a_time(tmp_path: Path) -> None:
         assert "environment" not in join["inputs"] and join["inputs"]["stdin"] == "[secret]"
         assert "ENCRYPTION_CONFIG_B64" in join["inputs"]["create"]
     assert join2["urn"] in join3["options"]["dependsOn"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_health_checks_off_removes_the_quarantine_from_the_control_plane(
+        cluster, tmp_path: Path) -> None:
+    """`health.enabled: false` on a running cluster: the identities command stops the
+    quarantine's timer and removes its program, policy, kubeconfig and units; a second run
+    changes nothing. Turned on again, it is back."""
+    host = cluster.control_plane[0]
+    sb = Sandbox(tmp_path / host.hostname, host.hostname, {})
+    assert sb.run(host_scripts.prepare_host(cluster, host, KEY)).returncode == 0
+    assert sb.run(kubeadm.init_script(cluster, host)).returncode == 0
+    on = sb.run(kubeadm.identities_script(cluster, host))
+    assert on.returncode == 0, on.explain()
+    files = [quarantine_setup.PROGRAM, quarantine_setup.POLICY_FILE,
+             quarantine_setup.QUARANTINE_KUBECONFIG,
+             f"/etc/systemd/system/{quarantine_setup.UNIT}.service",
+             f"/etc/systemd/system/{quarantine_setup.UNIT}.timer"]
+    timer = sb.state / "units" / f"{quarantine_setup.UNIT}.timer.active"
+    assert all(sb.path(f).exists() for f in files) and timer.exists()
+
+    off = cluster.model_copy(update={"health": cluster.health.model_copy(
+        update={"enabled": False})})
+    script = kubeadm.identities_script(off, host)
+    first = sb.run(script)
+    assert first.returncode == 0, first.explain()
+    assert not any(sb.path(f).exists() for f in files) and not timer.exists()
+    again = sb.run(script)
+    assert again.returncode == 0 and again.changes == [], again.explain()
+    back = sb.run(kubeadm.identities_script(cluster, host))
+    assert back.returncode == 0 and timer.exists(), back.explain()

@@ -324,6 +324,34 @@ SCENARIOS: dict[str, Scenario] = {
                 "  outage: none from this change; from then on a GPU node the health checks "
                 "find unfit leaves service on its own, as above"),
         not_in_impact=("no running work is drained", "planned reboots:")),
+    # Health checks turned on in a running cluster: a detector pod per GPU node and the
+    # quarantine on the control planes; nothing drains now, an unfit node does from then on.
+    "health-on": Scenario(
+        _set("health", {"enabled": True}), 0,
+        before=_set("health", {"enabled": False}),
+        impact=("  node health detector starts on every GPU node (node-problem-detector, a pod "
+                "each; nothing is drained or restarted): from its first checks it sets the "
+                "conditions of docs/health.md on the Node objects",
+                "  node quarantine starts on the control planes: from its first pass a GPU node "
+                "with GPUFallenOffBus, GPUNeedsReset, GPUHealthFailure, NVLinkDown, "
+                "NVSwitchFabricNotReady, InfinibandRailDown, RAIDDegraded is tainted and "
+                "drained (each Kubeflow gang on it suspended whole, resumed elsewhere), one "
+                "with InfinibandRailDegraded, InfinibandRailErrors only tainted NoSchedule; at "
+                "most 2 nodes at once, never a control plane or a subnet manager's host",
+                "  nodes drained: 0",
+                "  outage: none from this change; from then on a GPU node the health checks "
+                "find unfit leaves service on its own, as above"),
+        not_in_impact=("no running work is drained", "planned reboots:")),
+    # And off: both go; nothing leaves service on its own any more.
+    "health-off": Scenario(
+        _set("health", {"enabled": False}), 0,
+        impact=("  node health detector stops on every GPU node: the conditions it set stay on "
+                "the Node objects as they are, and none is set or cleared any more",
+                "  node quarantine stops: no GPU node is taken out of service automatically "
+                "any more (nodes it tainted stay tainted until released)", "  nodes drained: 0",
+                "  outage: none from this change; from then on an unfit GPU node stays in "
+                "service until a person takes it out"),
+        not_in_impact=("leaves service on its own", "planned reboots:")),
     # A kernel argument applies at boot: each GPU node goes through the reboot chain, drained
     # before its reboot, one cluster member at a time.
     "kernel-args": Scenario(

@@ -48,6 +48,10 @@ class QuarantineHealth(Model):
 
 
 class Health(Model):
+    # Whether the GPU nodes run the detector and the control planes the quarantine. Off: the
+    # stack leaves health to something else (NVSentinel, a site's own checks); turning it off
+    # removes both, and the taints the quarantine set stay until a person releases them.
+    enabled: bool = True
     # How often each check runs (node-problem-detector's invoke_interval): 30 s, as in its own
     # config/custom-plugin-monitor.json. The symbol error rate is measured over this window.
     check_interval_seconds: int = Field(30, ge=10, le=3600)

@@ -74,7 +74,9 @@ def rails_name(su: int) -> str:
 
 
 def objects(cluster: Cluster) -> list[dict]:
-    """Everything the detector runs with, its DaemonSet last."""
+    """Everything the detector runs with, its DaemonSet last; nothing with health checks off."""
+    if not cluster.health.enabled:
+        return []
     files = health.files(cluster, LAYOUT, health.Kmsg())
     monitors = _config_map(monitors_name(), _under(files, "monitors/"))
     checks = _config_map(checks_name(), _under(files, "plugins/"))

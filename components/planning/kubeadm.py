@@ -514,7 +514,8 @@ def identities_script(cluster: Cluster, host: Host) -> str:
     approver = _user_kubeconfig(kubelet_serving.APPROVER_USER,
                                 kubelet_serving.APPROVER_KUBECONFIG)
     quarantine = _user_kubeconfig(quarantine_setup.QUARANTINE_USER,
-                                  quarantine_setup.QUARANTINE_KUBECONFIG)
+                                  quarantine_setup.QUARANTINE_KUBECONFIG) \
+        if cluster.health.enabled else ""
     return (template("kubeadm/identities.sh", host=host.hostname, rbac=rbac) + vip + approver
             + kubelet_serving.install_script(cluster) + quarantine
             + quarantine_setup.install_script(cluster)

@@ -119,7 +119,9 @@ def policy(cluster: Cluster) -> dict[str, Any]:
 
 def quarantine_facts(cluster: Cluster) -> dict[str, str]:
     """What the stack that inits the control plane publishes of the quarantine: the preview
-    tells from their old and new values what enabling or changing it does."""
+    tells from their old and new values what enabling or changing it does (none: it is off)."""
+    if not cluster.health.enabled:
+        return {}
     return {"quarantineMaxNodes": str(cluster.health.quarantine.max_nodes),
             "quarantineDrains": ",".join(c for c, a in ACTIONS.items() if a == "drain"),
             "quarantineTaints": ",".join(c for c, a in ACTIONS.items() if a == "taint")}
@@ -127,7 +129,11 @@ def quarantine_facts(cluster: Cluster) -> dict[str, str]:
 
 def install_script(cluster: Cluster) -> str:
     """Bash (after CHANGE_TRACKING and the quarantine's kubeconfig): the program, its policy
-    and its timer, each written only when it differs."""
+    and its timer, each written only when it differs; with health checks off, their removal."""
+    if not cluster.health.enabled:
+        return template("quarantine/remove.sh", unit=UNIT, program=PROGRAM, files=" ".join(
+            (PROGRAM, POLICY_FILE, QUARANTINE_KUBECONFIG, f"/etc/systemd/system/{UNIT}.service",
+             f"/etc/systemd/system/{UNIT}.timer")))
     files = ((PROGRAM, SCRIPT, "0755"),
              (POLICY_FILE, json.dumps(policy(cluster), indent=2, sort_keys=True), "0644"),
              (f"/etc/systemd/system/{UNIT}.service", SERVICE, "0644"),

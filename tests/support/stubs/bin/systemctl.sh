@@ -31,7 +31,7 @@ if [ "$exists" = 0 ]; then
 fi
 case "$verb" in
   enable) touch "$S/units/$unit.enabled"; [ "$now" = 1 ] && touch "$S/units/$unit.active" ;;
-  disable) rm -f "$S/units/$unit.enabled" ;;
+  disable) rm -f "$S/units/$unit.enabled"; [ "$now" = 1 ] && rm -f "$S/units/$unit.active" ;;
   start|restart|reload) touch "$S/units/$unit.active" ;;
   stop) rm -f "$S/units/$unit.active" ;;
 esac
