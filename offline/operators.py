@@ -160,14 +160,16 @@ def host_driver_change(changes: Iterable[Change]) -> tuple[str, str, list[str]] 
     planned reboot changes installs the new one."""
     changes = list(changes)
     cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
-    old, new = cluster.values.get(HOST_DRIVER, (None, None)) if cluster else (None, None)
+    if cluster is None:
+        return None
+    old, new = cluster.values.get(HOST_DRIVER, (None, None))
+    # A state from before the cluster published its driver's owner tells nothing of it.
+    if old is None and cluster.values.get(OWNER, ("", ""))[0] is None:
+        return None
     nodes = sorted(node for c in changes if c.type == COMMAND
                    and c.action in ("update", "replace")
                    and (node := subject(c.name, names().REBOOT)) is not None)
-    # A state from before the cluster published its driver's owner tells nothing of it.
-    unpublished = old is None and OWNER in cluster.values and cluster.values[OWNER][0] is None \
-        if cluster else True
-    if old == new or not nodes or unpublished:
+    if old == new or not nodes:
         return None
     return str(old or "none"), str(new or "the operator's"), nodes
 

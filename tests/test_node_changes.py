@@ -35,12 +35,14 @@ def names(diff: list[dict[str, Any]], action: str) -> set[str]:
 
 # What must change besides the node's own resources when a node joins or leaves: its leaves'
 # port descriptions (and the fabric facts the policies read), both subnet managers' GUID
-# lists, its SU's HyperNode and the acceptance queue's GPU capacity (updates), and the NCCL
+# lists, its SU's HyperNode, its SU's planned rails the health checks read, and the acceptance
+# queue's GPU capacity (updates), and the NCCL
 # test over every node, which Kubeflow cannot resize in place and the stack therefore
 # resubmits, its gate with it (replacements). Training keeps its own size. Nothing else.
 SHARED_UPDATES = {"leaf-su1-r0-1-config", "leaf-su1-r2-3-config", "leaf-su1-r4-5-config",
                   "leaf-su1-r6-7-config", "sm-01-opensm", "sm-02-opensm", "fabric",
                   "hypernode-su1", "queue-acceptance",
+                  "configmap-kube-system-node-problem-detector-rails-su1",
                   # The kubelets each control plane's serving-certificate approver vouches for.
                   "mgmt-01-identities", "mgmt-02-identities", "mgmt-03-identities"}
 SIZED_BY_NODE_COUNT = {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
