@@ -174,8 +174,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     addresses = address_lines(diff.changes)
     if not e and not addresses:
         return ["Impact: no cable, switch or node is touched; no running work is drained."]
-    lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs),
-             *e.health]
+    lines = ["Impact on hardware and running work:", *_what_changes(e, new_inputs)]
     moved, new, pulled = e.work.existing_links_moved, e.work.plugged, e.work.pulled
     media = Counter(e.work.new_media)
     lines.append(
@@ -205,7 +204,7 @@ def impact(diff: Diff, new_inputs: Mapping[str, Mapping[str, Any]] | None = None
     if e.rebooted:
         lines.append(f"  planned reboots: {len(e.rebooted)} ({_span(e.rebooted)}), one cluster "
                      "member at a time")
-    return [*lines, _outage(e)]
+    return [*lines, *e.health, _outage(e)]
 
 
 def _what_changes(e: _Effects, new_inputs: Mapping[str, Mapping[str, Any]] | None

@@ -72,8 +72,9 @@ def detector_lines(changes: Iterable[Change]) -> list[str]:
     if ds.action == "delete":
         return ["  node health detector stops on every GPU node: the conditions it set stay "
                 "on the Node objects as they are, and none is set or cleared any more"]
-    return ["  node health detector restarts with its new checks, a tenth of the GPU nodes at "
-            "a time (no drain; the conditions stay on the nodes meanwhile)"]
+    # Its pod template changed: new checks or thresholds, or a new SU's rails to mount.
+    return ["  node health detector restarts on every GPU node, a tenth of them at a time (no "
+            "drain; the conditions stay on the nodes meanwhile)"]
 
 
 def quarantine_on(new_inputs: Mapping[str, Mapping[str, Any]] | None) -> bool:

@@ -71,11 +71,13 @@ def test_adding_one_node(project: Path, slots: int, su: int) -> None:
     assert not got["delete"]
     # A full SU has one leaf per rail: the new node's eight cables land on eight leaves.
     leaves = {f"leaf-su{su}-r{r}-config" for r in range(8)}
-    # <control plane>-identities: each approver of kubelet serving certificates learns it.
+    # <control plane>-identities: each approver of kubelet serving certificates learns it; its
+    # SU's planned rails, which the health checks read, gain it.
     assert got["update"] == leaves | {"sm-01-opensm", "sm-02-opensm", "fabric",
                                       f"hypernode-su{su}", "queue-acceptance",
                                       "mgmt-01-identities", "mgmt-02-identities",
-                                      "mgmt-03-identities"}
+                                      "mgmt-03-identities",
+                                      f"configmap-kube-system-node-problem-detector-rails-su{su}"}
     assert got["replace"] == NCCL
 
 
@@ -84,7 +86,8 @@ def test_replacing_a_nodes_hardware(project: Path) -> None:
     guids = tuple(f"0xb83fd20300ee{r:04x}" for r in range(8))
     got = change(project, doc, lambda c: c["gpuNodes"].update(
         overrides={"gpu-node-05": {"portGuids": list(guids)}}))
-    assert got["update"] == {"sm-01-opensm", "sm-02-opensm"}
+    # The subnet managers' files, and the GUIDs the fabric publishes (a component: nothing runs).
+    assert got["update"] == {"sm-01-opensm", "sm-02-opensm", "fabric"}
     assert not got["create"] | got["delete"] | got["replace"]
 
 
