@@ -40,7 +40,7 @@ from offline.stackconfig import load_stack_config
 
 from . import checks, quarantine
 from .controlplane import ControlPlane, ControlPlaneError
-from .node_health import NPD_VERSION, DetectorMissing, Detectors, detector_binary
+from .node_health import INTERVAL_S, NPD_VERSION, DetectorMissing, Detectors, detector_binary
 from .operators import (
     host_address,
     kwok_stages,
@@ -250,15 +250,22 @@ def live_checks(cp: ControlPlane, cluster: Cluster, state: dict[str, list[dict]]
     report.failures += checks.control_plane_drains(
         cp, [DNS_SERVICE, *ingress_services(releases)], report.seen)
     # Last: it stops the training job and starts it again elsewhere.
+    node_health(cp, cluster, manifests, report, detector, stack)
+
+
+def node_health(cp: ControlPlane, cluster: Cluster, manifests: list[dict], report: TwinReport,
+                detector: Path | None, stack: str) -> None:
+    """node-problem-detector on every GPU node, each reporting its node healthy; then a fault
+    on a node of the training job, the quarantine and the repair (twin/quarantine.py)."""
     if detector is None:
         report.seen.append("node health: health.enabled is false: no detector, no quarantine")
         return
     detectors = Detectors(cp, cluster, detector)
     report.stand_ins.append(
         f"every GPU node's host, for node-problem-detector {NPD_VERSION} (a process per node, "
-        "as the stack's ServiceAccount, checks every 2 s): a directory with its sysfs rails, "
-        "md arrays and a kernel log file, and stand-in nvidia-smi, dcgmi and systemctl "
-        "scripts (twin/node_health.py)")
+        f"as the stack's ServiceAccount, checks every {INTERVAL_S} s): a directory with its "
+        "sysfs rails, md arrays and a kernel log file, and stand-in nvidia-smi, dcgmi and "
+        "systemctl scripts (twin/node_health.py)")
     failures = list(quarantine.detectors_report(detectors, report.seen))
     jobs = sorted((m["metadata"]["namespace"], m["metadata"]["name"]) for m in manifests
                   if m["kind"] == "PyTorchJob")

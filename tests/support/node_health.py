@@ -5,7 +5,6 @@ bounded in time. twin/node_health.py runs it as on a node, reporting to an API s
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -19,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from support.project import CACHE, REPO
+from support.project import CACHE, SHARED
 from twin.node_health import NPD_VERSION, DetectorMissing, detector_binary
 
-SHARED = Path(os.environ.get("GPU_CLUSTER_SHARED") or REPO.parent / "shared")
 NPD_ARCHIVE = SHARED / f"upstream/node-problem-detector-{NPD_VERSION}.tar.gz"
 
 
