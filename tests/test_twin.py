@@ -237,6 +237,8 @@ def test_node_health_from_a_fault_in_a_nodes_files_to_its_repair(twin) -> None:
     sick = xid[1]
     assert seen[2].startswith(f"quarantine {sick} (GPUFallenOffBus): {sick}: quarantined")
     assert "suspended training/llama-70b-pretrain whole" in seen[2], seen
+    assert seen[3] == ("quarantine: all 4 ranks of training/llama-70b-pretrain stopped, none "
+                       "running beside a rank created again"), seen
     again = next(s for s in seen if s.startswith("quarantine: training/llama-70b-pretrain runs "
                                                  "again on "))
     assert sick not in again, seen

@@ -30,6 +30,7 @@ from .node_health import DETECT_S, Detectors, SimulatedHost
 PROGRAM = Path(quarantine.__file__)
 REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 240  # for the operator to stop every rank, and for Volcano to place the gang again
+PASS_S = 300  # for one pass of the program (a drain waits at most drainTimeoutSeconds)
 # The faults: NVRM's line for GPU 1 of a DGX H100 (bus 2A) falling off the bus, and rail 5 left
 # with one lane of four.
 XID_79 = ("NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen "
@@ -38,31 +39,73 @@ RAIL = 5
 ONE_LANE = "100 Gb/sec (1X NDR)"
 
 
-def _ranks(cp: ControlPlane, namespace: str, job: str) -> dict[str, str]:
-    """Each live rank of the job and its node ("" while unscheduled)."""
+def _pods(cp: ControlPlane, namespace: str, job: str) -> dict[str, tuple[str, str, str]]:
+    """Each live pod of the job (not being deleted), by UID: (name, node, phase). A rank the
+    operator creates again keeps its name, not its UID."""
     items = cp.get("pods", "-n", namespace, "-l", f"{quarantine.JOB_NAME}={job}")["items"]
-    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in items
-            if not p["metadata"].get("deletionTimestamp")}
+    return {p["metadata"]["uid"]: (p["metadata"]["name"], p["spec"].get("nodeName", ""),
+                                   p.get("status", {}).get("phase", ""))
+            for p in items if not p["metadata"].get("deletionTimestamp")}
 
 
 def _running(cp: ControlPlane, namespace: str, job: str) -> dict[str, str]:
-    items = cp.get("pods", "-n", namespace, "-l", f"{quarantine.JOB_NAME}={job}")["items"]
-    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in items
-            if p.get("status", {}).get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")}
+    """Each running rank of the job, by UID: its node."""
+    return {uid: node for uid, (_, node, phase) in _pods(cp, namespace, job).items()
+            if phase == "Running"}
 
 
-def _pass(cp: ControlPlane, policy: Mapping[str, Any], work: Path
-          ) -> subprocess.CompletedProcess[str]:
-    """One pass of the program with the quarantine's own identity."""
+def _start_pass(cp: ControlPlane, policy: Mapping[str, Any], work: Path
+                ) -> subprocess.Popen[str]:
+    """One pass of the program with the quarantine's own identity, started."""
     config = json.loads(cp.kubeconfig.read_text())
     config["users"][0]["user"] = {"token": TOKEN, "as": QUARANTINE_USER}
     (work / "quarantine.conf").write_text(json.dumps(config))
     (work / "quarantine-policy.json").write_text(json.dumps(policy))
     env = {**os.environ, "PATH": f"{cp.bin}:{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, str(PROGRAM), str(work / "quarantine-policy.json"),
-                           str(work / "quarantine.conf")], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.Popen([sys.executable, str(PROGRAM), str(work / "quarantine-policy.json"),
+                             str(work / "quarantine.conf")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _finished(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = proc.communicate(timeout=PASS_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _pass(cp: ControlPlane, policy: Mapping[str, Any], work: Path
+          ) -> subprocess.CompletedProcess[str]:
+    return _finished(_start_pass(cp, policy, work))
+
+
+def _stopped_whole(cp: ControlPlane, policy: Mapping[str, Any], job: tuple[str, str],
+                   ranks: set[str]) -> tuple[subprocess.CompletedProcess[str], str | None]:
+    """One pass, the job's pods watched while it runs (it may resume the job before it ends):
+    every rank of `ranks` (UIDs) must stop, and none may still run once a rank created again
+    runs (the gang split). The pass, and what went wrong."""
+    namespace, name = job
+    proc, end = _start_pass(cp, policy, cp.work), time.monotonic() + WAIT_S
+    split: set[str] = set()
+    while True:
+        pods = _pods(cp, namespace, name)
+        left = ranks & pods.keys()
+        if left and any(u not in ranks and phase == "Running"
+                        for u, (_, _, phase) in pods.items()):
+            split |= {pods[u][0] for u in left}
+        if proc.poll() is not None and not left or time.monotonic() > end:
+            break
+        time.sleep(1)
+    done = _finished(proc)
+    if split:
+        return done, (f"quarantine: {namespace}/{name}'s ranks {sorted(split)} ran on while "
+                      "ranks created again ran: the gang was split")
+    if left:
+        return done, (f"quarantine: {namespace}/{name} was suspended but ranks are left "
+                      f"{sorted(pods[u][:2] for u in left)} after {WAIT_S}s")
+    return done, None
 
 
 def _lines(out: str) -> str:
@@ -149,17 +192,18 @@ def gang_kept_whole(cp: ControlPlane, policy: Mapping[str, Any], detectors: Dete
     if failure:
         yield failure
         return
-    first = _pass(cp, policy, work)
+    first, failure = _stopped_whole(cp, policy, job, set(before))
     seen.append(f"quarantine {sick} (GPUFallenOffBus): {_lines(first.stdout)}")
-    if not _until(lambda: not _ranks(cp, namespace, name)):
-        yield (f"quarantine: {namespace}/{name} was suspended but ranks are left "
-               f"{_ranks(cp, namespace, name)}: the gang was split")
+    if failure:
+        yield failure
         return
+    seen.append(f"quarantine: all {len(before)} ranks of {namespace}/{name} stopped, none "
+                "running beside a rank created again")
     second = _pass(cp, policy, work)
     seen.append(f"quarantine, next pass: {_lines(second.stdout) or 'nothing left to do'}")
-    if not _until(lambda: len(_running(cp, namespace, name)) == len(before)):
+    if not _until(lambda: len(_running(cp, namespace, name).keys() - before) == len(before)):
         yield (f"quarantine: {namespace}/{name} did not run whole again: "
-               f"{_ranks(cp, namespace, name)} ({second.stdout}{second.stderr})"[:600])
+               f"{_pods(cp, namespace, name)} ({second.stdout}{second.stderr})"[:600])
         return
     after = _running(cp, namespace, name)
     seen.append(f"quarantine: {namespace}/{name} runs again on {sorted(set(after.values()))}")
@@ -194,9 +238,9 @@ def rail_only_tainted(cp: ControlPlane, policy: Mapping[str, Any], detectors: De
         return None
     out = _pass(cp, policy, work)
     seen.append(f"quarantine {node} (InfinibandRailDegraded): {_lines(out.stdout)}")
-    obj = cp.get("node", node)
-    kept = {pod for pod, n in _running(cp, namespace, name).items() if n == node}
-    there = {pod for pod, n in ranks.items() if n == node}
+    obj, now = cp.get("node", node), _pods(cp, namespace, name)
+    there = {uid for uid, n in ranks.items() if n == node}
+    kept = {uid for uid in there if uid in now and now[uid][2] == "Running"}
     suspended = cp.get("pytorchjob", "-n", namespace, name)["spec"].get(
         "runPolicy", {}).get("suspend")
     wrong = [w for w, bad in (
@@ -205,13 +249,14 @@ def rail_only_tainted(cp: ControlPlane, policy: Mapping[str, Any], detectors: De
                                       "NoSchedule")]),
         ("cordoned", bool(obj["spec"].get("unschedulable"))),
         (f"{namespace}/{name} suspended", bool(suspended)),
-        (f"ranks {sorted(there - kept)} stopped", there != kept)) if bad]
+        (f"{len(there - kept)} of its ranks stopped", there != kept)) if bad]
     if wrong:
         yield (f"quarantine {node} (InfinibandRailDegraded): a taint only was due, found "
                f"{'; '.join(wrong)} ({out.stdout.strip()}{out.stderr.strip()})"[:600])
         return None
     seen.append(f"quarantine {node}: tainted {quarantine.TAINT}=InfinibandRailDegraded:"
-                f"NoSchedule, not drained; its ranks {sorted(kept)} keep running")
+                f"NoSchedule, not drained; its ranks {sorted(now[u][0] for u in kept)} keep "
+                "running")
     return node
 
 
