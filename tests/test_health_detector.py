@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.node_health import SHARED, Detector, FixtureNode, free_port, npd_binary
+from support.node_health import SHARED, Detector, free_port, npd_binary
 from support.project import REPO, prod_raw
 from support.sandbox import prod_cluster
 
@@ -31,6 +31,7 @@ from components.planning.quarantine import TAINT as QUARANTINE_TAINT
 from components.planning.scheduling import homes, tolerates
 from components.wiring.loading import validate_cluster
 from offline.bench import scale_gpu_nodes
+from twin.node_health import FixtureNode
 
 NODE = "gpu-node-03"
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"

@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 import yaml
-from support.node_health import FixtureNode, detector, kernel_line, npd_binary
+from support.node_health import detector, npd_binary
 from support.project import REPO, prod_raw
 from support.sandbox import prod_cluster
 
 from components.model.fields import ConfigError
 from components.planning import health, port_descriptions
 from components.wiring.loading import validate_cluster
+from twin.node_health import FixtureNode, kernel_line
 
 NODE = "gpu-node-03"
 

@@ -22,19 +22,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support.node_health import FixtureNode, exporting_detector, kernel_line, npd_binary, stop
+from support.node_health import npd_binary
 from support.sandbox import prod_cluster
 from support.twin import BINS
 
-from components.planning import health, health_detector, quarantine
+from components.planning import health_detector, quarantine
 from components.planning.quarantine_setup import QUARANTINE_USER, policy, quarantine_rbac
 from twin.controlplane import TOKEN, ControlPlane
+from twin.node_health import SimulatedHost, conditions_of, lay_out_host, start_detector, stop
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not BINS, reason="control-plane binaries not built: run "
@@ -76,49 +76,21 @@ def _npd_binding() -> dict[str, Any]:
             "subjects": [{"apiGroup": rbac, "kind": "User", "name": NPD_USER}]}
 
 
-@dataclass
-class Host:
-    """One simulated GPU node: its fixture tree, kernel log and monitors."""
-
-    name: str
-    fixture: FixtureNode
-    kernel_log: Path
-    config: Path
-
-
 class Cluster:
     def __init__(self, cp: ControlPlane, work: Path, binary: Path) -> None:
         self.cp, self.work, self.binary = cp, work, binary
-        self.hosts: dict[str, Host] = {}
+        self.hosts: dict[str, SimulatedHost] = {}
         self.kubeconfig = work / "node-problem-detector.conf"
         config = json.loads(cp.kubeconfig.read_text())
         config["users"][0]["user"] = {"token": NPD_TOKEN}
         self.kubeconfig.write_text(json.dumps(config))
 
     def add_host(self, name: str, model: Any) -> None:
-        root = self.work / name
-        kernel_log = root / "kern.log"
-        config = root / "config"
-        layout = health.Layout(plugins=str(config / "plugins"), rails=str(config / "rails"))
-        for path, text in health.files(model, layout, health.LogFile(str(kernel_log)),
-                                       interval_s=1).items():
-            (config / path).parent.mkdir(parents=True, exist_ok=True)
-            (config / path).write_text(text)
-            if path.startswith("plugins/"):
-                (config / path).chmod(0o755)  # the detector runs them as programs
-        hcas = [line.split("\t")[1] for line in (config / "rails" / name).read_text().splitlines()]
-        self.hosts[name] = Host(name, FixtureNode(root / "host", hcas), kernel_log, config)
-        kernel_log.write_text("")
+        self.hosts[name] = lay_out_host(model, name, self.work / name, interval_s=1)
 
     def start_detector(self, name: str) -> None:
-        host = self.hosts[name]
-        monitors = host.config / "monitors"
-        kernel = monitors / f"{health.KERNEL_SOURCE}.json"
-        env = {**host.fixture.env(name, os.environ["PATH"]), "HOME": str(host.config)}
-        proc = exporting_detector(self.binary, kernel,
-                                  sorted(p for p in monitors.glob("*.json") if p != kernel),
-                                  name, env, self.kubeconfig, self.work / f"{name}-npd.log",
-                                  LIMIT_S)
+        proc = start_detector(self.binary, self.hosts[name], self.kubeconfig,
+                              self.work / f"{name}-npd.log", LIMIT_S)
         self.cp.on_stop(lambda: stop(proc))
 
     def inject(self, name: str) -> None:
@@ -127,8 +99,7 @@ class Cluster:
         faults = [FAULTS[name][0]] if name in FAULTS else [f[0] for f in FAULTS.values()]
         for fault in faults:
             if fault == "Xid 79":
-                with host.kernel_log.open("a") as f:
-                    f.write(kernel_line(XID_79))
+                host.kernel(XID_79)
             elif fault == "rail 3 down":
                 host.fixture.rail_down("mlx5_5")  # rail 3 of prod's DGX H100 nodes
             else:
@@ -136,9 +107,7 @@ class Cluster:
 
     def conditions(self, name: str) -> dict[str, tuple[str, str]]:
         """The detector's conditions on the Node object: type -> (status, reason)."""
-        node = self.cp.get("node", name)
-        return {c["type"]: (c["status"], c.get("reason", ""))
-                for c in node["status"].get("conditions", []) if c["type"] in CONDITIONS}
+        return conditions_of(self.cp.get("node", name), CONDITIONS)
 
     def node(self, name: str) -> dict[str, Any]:
         return dict(self.cp.get("node", name))

@@ -16,7 +16,8 @@ from components.planning.quarantine_setup import ACTIONS, policy
 
 def _documented() -> dict[str, str]:
     text = (REPO / "docs" / "health.md").read_text()
-    section = text[text.index("## What happens automatically"):text.index("## What comes next")]
+    start = text.index("## What happens automatically")
+    section = text[start:text.index("## From fault to repair", start)]
     return dict(re.findall(r"^\| `(\w+)` \| (drain|taint) \|", section, re.M))
 
 

@@ -221,6 +221,39 @@ def test_without_the_coredns_budget_draining_the_first_control_plane_takes_dns_d
         _control_plane_drains(res["report"])["mgmt-01"]
 
 
+def test_node_health_from_a_fault_in_a_nodes_files_to_its_repair(twin) -> None:
+    """node-problem-detector runs on every GPU node (twin/quarantine.py): each reports its node
+    healthy; an Xid 79 on a node of the training gang becomes GPUFallenOffBus, set by the
+    detector, the gang is suspended whole and runs again off that node; a rail at 1X on
+    another node of the gang becomes InfinibandRailDegraded and a taint only; the repair of
+    each names its fix."""
+    seen = [s for s in twin["report"]["seen"]
+            if s.startswith(("node health", "quarantine", "repair"))]
+    assert "node-problem-detector on 8 GPU nodes" in seen[0] and "all 9 conditions False" \
+        in seen[0], seen
+    xid = re.match(r"node health (\S+): Xid 79 in its kernel log -> GPUFallenOffBus "
+                   r"\(GPUFellOffBus\) set by node-problem-detector", seen[1])
+    assert xid, seen
+    sick = xid[1]
+    assert seen[2].startswith(f"quarantine {sick} (GPUFallenOffBus): {sick}: quarantined")
+    assert "suspended training/llama-70b-pretrain whole" in seen[2], seen
+    assert seen[3] == ("quarantine: all 4 ranks of training/llama-70b-pretrain stopped, none "
+                       "running beside a rank created again"), seen
+    again = next(s for s in seen if s.startswith("quarantine: training/llama-70b-pretrain runs "
+                                                 "again on "))
+    assert sick not in again, seen
+    rail = next(re.match(r"node health (\S+): rail 5 \(mlx5_9\) at 100 Gb/sec \(1X NDR\) -> "
+                         r"InfinibandRailDegraded \(RailBelowPlannedRate\)", s) for s in seen
+                if "InfinibandRailDegraded (RailBelowPlannedRate) set by" in s)
+    assert rail and rail[1] in again and rail[1] != sick, seen
+    assert any(s.startswith(f"quarantine {rail[1]}: tainted gpucluster.io/quarantine="
+                            "InfinibandRailDegraded:NoSchedule, not drained") for s in seen), seen
+    repairs = {s.split()[1]: s for s in seen if s.startswith("repair ")}
+    assert "RESTART_BM" in repairs[sick] and "GPU baseboard" in repairs[sick], seen
+    assert re.search(r"rail 5 \(mlx5_9\): leaf-su1-r4-5 port \d+, cable leaf-su1-r4-5:\d+, "
+                     r"node port OSFP2P2: re-seat", repairs[rail[1]]), seen
+
+
 def test_admission_refuses_what_a_training_pod_must_not_do(twin) -> None:
     """The real API server, with the stack's AdmissionConfiguration and its
     ValidatingAdmissionPolicy: in `training`, Pod Security baseline plus IPC_LOCK and the

@@ -40,6 +40,7 @@ from offline.stackconfig import load_stack_config
 
 from . import checks, quarantine
 from .controlplane import ControlPlane, ControlPlaneError
+from .node_health import INTERVAL_S, NPD_VERSION, DetectorMissing, Detectors, detector_binary
 from .operators import (
     host_address,
     kwok_stages,
@@ -150,6 +151,11 @@ def _run(argv: list[str] | None) -> int:
     built = _built_for(bin_dir, cluster)
     if built is None:
         return 2
+    try:  # the stack's node-problem-detector, where it runs one (health.enabled)
+        detector = detector_binary(args.shared) if cluster.health.enabled else None
+    except DetectorMissing as err:
+        print(f"twin: node-problem-detector could not be built: {err}", file=sys.stderr)
+        return 2
     report = TwinReport(stand_ins=[
         "every host: a KWOK node with the planned labels, taints and allocatable resources",
         "Volcano and the Training Operator: processes on this machine, their webhooks "
@@ -162,7 +168,7 @@ def _run(argv: list[str] | None) -> int:
     # under build/; only the components' logs are kept.
     work = Path(tempfile.mkdtemp(prefix="gpu-cluster-twin-"))
     try:
-        _play(args, cluster, bin_dir, built, rendering, work, report)
+        _play(args, cluster, bin_dir, built, rendering, work, report, detector)
     finally:
         logs = args.out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -177,7 +183,7 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _play(args: argparse.Namespace, cluster: Cluster, bin_dir: Path, built: dict[str, str],
-          rendering: Path, work: Path, report: TwinReport) -> None:
+          rendering: Path, work: Path, report: TwinReport, detector: Path | None) -> None:
     """Bring up the control plane and the platform, apply the rendering as `pulumi up` would
     (the gates' jobs run, what waits for a gate only once it passed), then check what runs."""
     manifests, releases = load_rendering(rendering)
@@ -218,7 +224,7 @@ def _play(args: argparse.Namespace, cluster: Cluster, bin_dir: Path, built: dict
         state = snapshot(cp, settle(cp, report))
         write_state(args.out, state, report)
         verify(cluster, state, runs, report)
-        live_checks(cp, cluster, state, manifests, releases, report)
+        live_checks(cp, cluster, state, manifests, releases, report, detector, args.stack)
 
 
 def scheduler_conf(releases: list[dict]) -> str:
@@ -228,9 +234,11 @@ def scheduler_conf(releases: list[dict]) -> str:
 
 
 def live_checks(cp: ControlPlane, cluster: Cluster, state: dict[str, list[dict]],
-                manifests: list[dict], releases: list[dict], report: TwinReport) -> None:
+                manifests: list[dict], releases: list[dict], report: TwinReport,
+                detector: Path | None, stack: str) -> None:
     """The checks that ask the running cluster (dry runs, requests, drains), drains last:
-    they move pods."""
+    they move pods; then node health, from node-problem-detector on every GPU node (the
+    `detector` binary; None: the stack runs none) to the quarantine and the repair."""
     report.failures += checks.pod_admission(cp, cluster, report.seen)
     report.failures += checks.anonymous_access(cp, report.seen)
     # The serving budgets on the GPU nodes; the control planes' (CoreDNS, the ingress) are
@@ -242,10 +250,29 @@ def live_checks(cp: ControlPlane, cluster: Cluster, state: dict[str, list[dict]]
     report.failures += checks.control_plane_drains(
         cp, [DNS_SERVICE, *ingress_services(releases)], report.seen)
     # Last: it stops the training job and starts it again elsewhere.
-    for job in sorted((m["metadata"]["namespace"], m["metadata"]["name"]) for m in manifests
-                      if m["kind"] == "PyTorchJob")[:1]:
-        report.failures += quarantine.gang_kept_whole(
-            cp, quarantine_setup.policy(cluster), "GPUFallenOffBus", job, cp.work, report.seen)
+    node_health(cp, cluster, manifests, report, detector, stack)
+
+
+def node_health(cp: ControlPlane, cluster: Cluster, manifests: list[dict], report: TwinReport,
+                detector: Path | None, stack: str) -> None:
+    """node-problem-detector on every GPU node, each reporting its node healthy; then a fault
+    on a node of the training job, the quarantine and the repair (twin/quarantine.py)."""
+    if detector is None:
+        report.seen.append("node health: health.enabled is false: no detector, no quarantine")
+        return
+    detectors = Detectors(cp, cluster, detector)
+    report.stand_ins.append(
+        f"every GPU node's host, for node-problem-detector {NPD_VERSION} (a process per node, "
+        f"as the stack's ServiceAccount, checks every {INTERVAL_S} s): a directory with its "
+        "sysfs rails, md arrays and a kernel log file, and stand-in nvidia-smi, dcgmi and "
+        "systemctl scripts (twin/node_health.py)")
+    failures = list(quarantine.detectors_report(detectors, report.seen))
+    jobs = sorted((m["metadata"]["namespace"], m["metadata"]["name"]) for m in manifests
+                  if m["kind"] == "PyTorchJob")
+    if jobs and not failures:
+        failures += quarantine.gang_kept_whole(
+            cp, quarantine_setup.policy(cluster), detectors, jobs[0], stack, report.seen)
+    report.failures += failures
 
 
 def verify(cluster: Cluster, state: dict[str, list[dict]], runs: list[tuple[str, str, str]],

@@ -134,15 +134,18 @@ class OpensmRun:
 
 
 class SimFabric:
-    """`with SimFabric(dir, net_text) as sim:` runs ibsim on the net for the block."""
+    """`with SimFabric(dir, net_text) as sim:` runs ibsim on the net for the block; with
+    `console=True` its console reads commands from a pipe (`console`), not stdin at EOF, which
+    would spin it (ibsim.md, section 5)."""
 
     def __init__(self, workdir: Path, net_text: str, max_nodes: int | None = None,
                  sim_host: str | None = None, max_switches: int | None = None,
-                 max_ports: int | None = None) -> None:
+                 max_ports: int | None = None, console: bool = False) -> None:
         self.workdir = workdir
         self.net_text = net_text
         self.limits = {"-N": max_nodes, "-S": max_switches, "-P": max_ports}
         self.sim_host = sim_host
+        self.with_console = console
         self.sock = f"gcf{os.getpid()}x{next(_counter)}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -150,13 +153,14 @@ class SimFabric:
         self.workdir.mkdir(parents=True, exist_ok=True)
         net = self.workdir / "sim.net"
         net.write_text(self.net_text)
-        args = ["ibsim", "-s", "-n"]
+        args = ["ibsim", "-s"] + ([] if self.with_console else ["-n"])
         for flag, value in self.limits.items():
             if value:  # ibsim 0.10 defaults: 2048 nodes, 256 switches, 13312 ports
                 args += [flag, str(value)]
         self.out = open(self.workdir / "ibsim.out", "wb")  # closed in __exit__
         self.proc = subprocess.Popen(args + [str(net)], cwd=self.workdir, env=self._env(False),
-                                     stdin=subprocess.DEVNULL, stdout=self.out,
+                                     stdin=subprocess.PIPE if self.with_console
+                                     else subprocess.DEVNULL, stdout=self.out,
                                      stderr=subprocess.STDOUT)
         # The banner is printed before the ctl socket is bound: wait for the socket.
         deadline = time.monotonic() + 60
@@ -178,7 +182,16 @@ class SimFabric:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.proc is not None and self.proc.stdin is not None:
+            self.proc.stdin.close()  # only once it stopped: at EOF its console would spin
         self.out.close()
+
+    def console(self, command: str) -> None:
+        """One command on ibsim's console (`Unlink "<nodeid>"[port]`, `ReLink …`,
+        `PerformanceSet …`); it runs once ibsim reads it: wait for its effect."""
+        assert self.proc is not None and self.proc.stdin is not None, "no console: console=True"
+        self.proc.stdin.write(command.encode() + b"\n")
+        self.proc.stdin.flush()
 
     def _env(self, preload: bool) -> dict[str, str]:
         env = dict(os.environ)

@@ -18,6 +18,8 @@ import yaml
 
 # tests/support/project.py -> the repository root.
 REPO = Path(__file__).resolve().parents[2]
+# The shared directory (upstream archives, CRDs): beside the repository, or GPU_CLUSTER_SHARED.
+SHARED = Path(os.environ.get("GPU_CLUSTER_SHARED") or REPO.parent / "shared")
 # Where tools/k8s/build.sh and tools/engine/build.sh keep what they build.
 CACHE = Path(os.environ.get("GPU_CLUSTER_CACHE") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-cluster")

@@ -1,7 +1,7 @@
 """Where the cluster twin's control-plane binaries live (`make k8s-tools`), and the upstream
-CRDs beside the checkout; tests that need either skip without them. `run_twin` runs the twin
-and `verdict` reads what it found, failing the test, with the twin's output, when the twin
-gave no verdict."""
+CRDs beside the checkout (or at GPU_CLUSTER_SHARED); tests that need either skip without
+them. `run_twin` runs the twin and `verdict` reads what it found, failing the test, with the
+twin's output, when the twin gave no verdict."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from support.project import CACHE, REPO
+from support.project import CACHE, REPO, SHARED
 
 # One bin-<versions> directory per build (kube-apiserver, scheduler, controller-manager,
 # kubectl, etcd, kwok, ...), oldest first.
 BINS = sorted((CACHE / "k8s").glob("bin-*"))
-SHARED = REPO.parent / "shared"
 # A twin run takes minutes; on a loaded two-core machine several times as long.
 TIMEOUT = 1800
 
@@ -32,10 +31,11 @@ class Verdict:
 
 
 def run_twin(out: Path, *args: str, timeout: float = TIMEOUT) -> Verdict:
-    """`python -m twin --out OUT ARGS...` with the newest built binaries, and its verdict."""
+    """`python -m twin --shared SHARED --out OUT ARGS...` with the newest built binaries, and
+    its verdict."""
     proc = subprocess.Popen([sys.executable, "-m", "twin", "--bin", str(BINS[-1]),
-                             "--out", str(out), *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--shared", str(SHARED), "--out", str(out), *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
