@@ -48,7 +48,9 @@ PHYSICAL_HEADING = "Physical changes (hardware, cabling, switch or subnet-manage
 #   batch/v1 Job                   spec.selector, .template, .completions
 #   core/v1 Service                spec.clusterIP, spec.clusterIPs (allocated once)
 #   storage.k8s.io/v1 StorageClass provisioner, parameters, reclaimPolicy, volumeBindingMode
-#   core/v1 ConfigMap, Secret      data, binaryData, stringData when `immutable: true`
+#   core/v1 ConfigMap              data, binaryData (pulumi-kubernetes replaces a ConfigMap whose
+#                                  data changes unless the provider sets enableConfigMapMutable)
+#   core/v1 Secret                 data, binaryData, stringData when `immutable: true`
 #   helm.sh Release                name, namespace (the release's identity)
 #   command:remote:Command         triggers only (pulumi-command 1.2 sets replaceOnChanges on
 #   command:remote:CopyToRemote    `triggers[*]` and nothing else: a changed connection.host is an
@@ -74,6 +76,7 @@ REPLACE_RULES: dict[str, tuple[str, ...]] = {
     ),
     "kubernetes:batch/v1:Job": ("spec.selector", "spec.template", "spec.completions"),
     "kubernetes:core/v1:Service": ("spec.clusterIP", "spec.clusterIPs"),
+    "kubernetes:core/v1:ConfigMap": ("data", "binaryData"),
     "kubernetes:storage.k8s.io/v1:StorageClass": (
         "provisioner", "parameters", "reclaimPolicy", "volumeBindingMode",
     ),
@@ -107,7 +110,6 @@ def _immutable_data(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str
 
 # Rules that depend on the old value of the resource.
 DYNAMIC_RULES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[str, ...]]] = {
-    "kubernetes:core/v1:ConfigMap": _immutable_data,
     "kubernetes:core/v1:Secret": _immutable_data,
 }
 

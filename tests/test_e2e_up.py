@@ -784,7 +784,9 @@ def hca_replaced(rotated) -> tuple[Datacentre, dict[str, Any]]:
 def test_a_replaced_hca_changes_only_the_subnet_managers_standby_first(hca_replaced) -> None:
     dc, run = hca_replaced
     assert run["engine"] == run["offline"]
-    assert {urn.rsplit("::", 1)[1] for urn in run["engine"]} == {"sm-01-opensm", "sm-02-opensm"}
+    # The subnet managers' files, and the GUIDs the fabric publishes (a component: nothing runs).
+    assert {urn.rsplit("::", 1)[1] for urn in run["engine"]} == {"sm-01-opensm", "sm-02-opensm",
+                                                                 "fabric"}
     calls = run["calls"]
     assert [c["host"] for c in sorted(calls, key=lambda c: _when(c["start"]))] == [
         "sm-02", "sm-01"]

@@ -289,15 +289,15 @@ def test_a_second_su_planned_ahead_grows_without_moving_a_cable(project: Path) -
     got = changed(project)
     assert not got["delete"]
     # The acceptance test's definition is resized and its gate runs again (on the new nodes).
-    assert got["replace"] == {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance"}
+    assert got["replace"] == {"mpijob-training-nccl-allreduce", "nccl-allreduce-acceptance",
+                              "configmap-kube-system-node-problem-detector-rails-su2"}
     # What else knows the new nodes: SU 2's leaves (their port descriptions), the subnet
     # managers (GUIDs, partitions), SU 2's HyperNode and planned rails (the health checks'),
     # the acceptance queue's capacity and each control plane's approver of kubelet serving
     # certificates.
     assert got["update"] == {f"{leaf}-config" for leaf in SU2_LEAVES} | {
         "fabric", "hypernode-su2", "queue-acceptance", "sm-01-opensm", "sm-02-opensm",
-        "mgmt-01-identities", "mgmt-02-identities", "mgmt-03-identities",
-        "configmap-kube-system-node-problem-detector-rails-su2"}
+        "mgmt-01-identities", "mgmt-02-identities", "mgmt-03-identities"}
     assert {c.split("-")[2] for c in got["create"] if c.startswith("gpu-node-")} == {
         f"{n:02d}" for n in range(32, 40)}
     assert not [s for s in steps if s.startswith(("cordon", "move", "pull", "re-cable", "rack"))]
