@@ -4,7 +4,7 @@ reader sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -43,7 +43,7 @@ def published_facts(new_inputs: Mapping[str, Mapping[str, Any]] | None,
     """The facts the components of `types` publish (their `facts` input), from each resource's
     new inputs by URN."""
     return [facts for urn, inputs in (new_inputs or {}).items()
-            if urn.split("::")[-2:][0].rpartition("$")[2] in types
+            if resource_type(urn) in types
             and isinstance(facts := inputs.get("facts"), Mapping)]
 
 
@@ -51,7 +51,7 @@ def facts_by_name(new_inputs: Mapping[str, Mapping[str, Any]] | None,
                   type_: str) -> dict[str, Mapping[str, Any]]:
     """name -> the facts each component of `type_` publishes (a host's, a workload's)."""
     return {resource_name(urn): facts for urn, inputs in (new_inputs or {}).items()
-            if urn.split("::")[-2:][0].rpartition("$")[2] == type_
+            if resource_type(urn) == type_
             and isinstance(facts := inputs.get("facts"), Mapping)}
 
 
@@ -65,6 +65,16 @@ def fact_changes(change: Change, key: str) -> dict[tuple[str, ...], tuple[Any, A
         if segments[:2] == ["facts", key]:
             out[tuple(segments[2:])] = sides
     return out
+
+
+def cluster_change(changes: Iterable[Change]) -> Change | None:
+    """The kubeadm cluster's own change (its published facts), if it changes."""
+    return next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+
+
+def resource_type(urn: str) -> str:
+    """The type token of the resource a URN names (its parents' types stripped)."""
+    return urn.split("::")[-2].rpartition("$")[2]
 
 
 def resource_name(urn: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .conventions import names, resource_name, span, subject
+from .conventions import cluster_change, names, resource_name, span, subject
 from .diff import Change
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -159,7 +159,7 @@ def host_driver_change(changes: Iterable[Change]) -> tuple[str, str, list[str]] 
     """(old, new, nodes) when the hosts' own GPU driver release changes: each node whose
     planned reboot changes installs the new one."""
     changes = list(changes)
-    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    cluster = cluster_change(changes)
     if cluster is None:
         return None
     old, new = cluster.values.get(HOST_DRIVER, (None, None))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .conventions import names, published_facts
+from .conventions import cluster_change, names, published_facts
 from .diff import Change
 
 MAX, DRAINS, TAINTS = ("facts.quarantineMaxNodes", "facts.quarantineDrains",
@@ -23,7 +23,7 @@ def _listed(value: object) -> list[str]:
 
 def quarantine_lines(changes: Iterable[Change]) -> list[str]:
     """One impact line when the quarantine starts or its policy changes, else none."""
-    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    cluster = cluster_change(changes)
     if cluster is None or not any(p in cluster.values for p in (MAX, DRAINS, TAINTS)):
         return []
     old_max, new_max = cluster.values.get(MAX, (None, None))

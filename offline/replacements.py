@@ -112,17 +112,19 @@ def replaced_hcas(changes: Iterable[Change],
             for facts in published_facts(new_inputs, v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
             for host, rails in (facts.get("rails") or {}).items()
             for rail, entry in rails.items()}
-    found = {(host, int(rail)): sides
-             for c in changes if c.action == "update"
-             and c.type in (v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
-             for (host, rail), sides in _pairs(fact_changes(c, "railGuids")) if _swapped(sides)}
+    found = {(path[0], int(path[1])): sides for path, sides in _guid_changes(changes, "railGuids")
+             if len(path) == 2}
     return [HcaSwap(host, rail, hcas.get((host, str(rail)), "?"), old, new)
             for (host, rail), (old, new) in sorted(found.items()) if host not in boards]
 
 
-def _pairs(found: Mapping[tuple[str, ...], tuple[Any, Any]]
-           ) -> Iterable[tuple[tuple[str, str], tuple[Any, Any]]]:
-    return (((path[0], path[1]), sides) for path, sides in found.items() if len(path) == 2)
+def _guid_changes(changes: Iterable[Change], key: str
+                  ) -> Iterable[tuple[tuple[str, ...], tuple[Any, Any]]]:
+    """(path under the fabrics' published `key`, (old, new)) of each GUID that changes."""
+    v = names()
+    return ((path, sides) for c in changes if c.action == "update"
+            and c.type in (v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
+            for path, sides in fact_changes(c, key).items() if _swapped(sides))
 
 
 def hca_link(swap: HcaSwap, new_inputs: Mapping[str, Mapping[str, Any]] | None) -> str:
@@ -152,14 +154,10 @@ def replaced_switches(changes: Iterable[Change],
     """Switches whose GUID changes in what the fabrics publish for the subnet managers
     (fabric.switchGuids): a new chassis behind the same name, with what is cabled to it (its
     port map)."""
-    v = names()
-    found = {path[0]: sides for c in changes if c.action == "update"
-             and c.type in (v.COMPUTE_FABRIC_TYPE, v.STORAGE_FABRIC_TYPE)
-             for path, sides in fact_changes(c, "switchGuids").items() if len(path) == 1}
+    found = {path[0]: sides for path, sides in _guid_changes(changes, "switchGuids")
+             if len(path) == 1}
     out = []
     for sw, sides in sorted(found.items()):
-        if not _swapped(sides):
-            continue
         config = next((inputs for urn, inputs in (new_inputs or {}).items()
                        if resource_name(urn) == names().name(names().SWITCH_CONFIG, sw)), {})
         descs = _ports().port_descriptions(str(config.get("stdin", "")))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..conventions import names, resource_name, subject
+from ..conventions import cluster_change, names, resource_name, subject
 from ..conventions import span as _span
 from ..diff import Change
 
@@ -15,10 +15,6 @@ from ..diff import Change
 # kubernetes_facts) whose change needs the kubelet's checkpoint removed before it restarts.
 _CHECKPOINTED = {"facts.kubeletCpuManagerPolicy": "cpu_manager_state",
                  "facts.kubeletMemoryManagerPolicy": "memory_manager_state"}
-
-
-def _cluster(changes: Iterable[Change]) -> Change | None:
-    return next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
 
 
 def kubelet_roll(changes: Iterable[Change], joining: list[str],
@@ -30,7 +26,7 @@ def kubelet_roll(changes: Iterable[Change], joining: list[str],
                       for role in (names().KUBEADM_INIT, names().KUBEADM_JOIN)
                       if (h := subject(name, role)) is not None})
     existing = [h for h in members if h not in joining]
-    cluster = _cluster(changes)
+    cluster = cluster_change(changes)
     changed = cluster.values if cluster is not None else {}
     states = [f"/var/lib/kubelet/{f}" for key, f in _CHECKPOINTED.items() if key in changed]
     if not existing:
@@ -62,7 +58,7 @@ def control_plane_settings(changes: Iterable[Change], kubelet: Change | None) ->
     carries (those reach joining nodes; everything else in the init needs a hand)."""
     changes = list(changes)
     carried = set(kubelet.text_diffs.get("stdin", [])) if kubelet is not None else set()
-    cluster = _cluster(changes)
+    cluster = cluster_change(changes)
     cluster_wide = cluster is not None and any(k in cluster.values for k in _CLUSTER_WIDE)
     hosts = []
     for c in changes:
@@ -83,7 +79,7 @@ def endpoint_move(changes: Iterable[Change]) -> tuple[str, str] | None:
     """(old, new) when the API endpoint `kubeadm init` is given changes: refused, since
     kubeadm cannot move a running cluster (components/planning/refusals.endpoint_moved). A
     state from before the cluster published it tells nothing."""
-    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    cluster = cluster_change(changes)
     old, new = cluster.values.get(ENDPOINT, (None, None)) if cluster else (None, None)
     return (str(old), str(new)) if old and new and old != new else None
 

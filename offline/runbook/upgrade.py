@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..conventions import names, published_facts, resource_name, subject
+from ..conventions import cluster_change, names, published_facts, resource_name, subject
 from ..diff import Change
 from .hosts import hosts_with
 
@@ -20,7 +20,7 @@ VERSION, PACKAGES = "facts.kubernetesVersion", "facts.kubernetesPackages"
 def kubernetes_upgrade(changes: Iterable[Change]) -> tuple[str, str, str] | None:
     """(old version, new version, new package version) when the Kubernetes release the
     cluster publishes changes, else None."""
-    cluster = next((c for c in changes if c.type == names().CLUSTER_TYPE), None)
+    cluster = cluster_change(changes)
     if cluster is None:
         return None
     old, new = cluster.values.get(VERSION, (None, None))
